@@ -1,0 +1,47 @@
+//! `tnn inspect`: what a model file or directory holds, for people (table) or machines (`--json`).
+
+mod report;
+mod text;
+
+use std::path::PathBuf;
+
+use anyhow::Result;
+use clap::Args;
+
+pub use report::Report;
+
+#[derive(Args)]
+pub struct InspectArgs {
+    /// A .gguf file, a .safetensors file or a Hugging Face model directory
+    /// (default: SmolLM2-135M-Instruct Q4_1 from the cache, fetched if missing).
+    pub path: Option<PathBuf>,
+    /// Print one JSON object instead of tables.
+    #[arg(long)]
+    pub json: bool,
+    /// Leave out the per-tensor table.
+    #[arg(long)]
+    pub no_tensors: bool,
+}
+
+pub fn run(args: &InspectArgs) -> Result<()> {
+    let path = match &args.path {
+        Some(p) => p.clone(),
+        None => crate::default_model::default_model()?,
+    };
+    let mut report = Report::build(&path)?;
+    if args.no_tensors {
+        report.tensors.clear();
+    }
+    let out = if args.json {
+        serde_json::to_string_pretty(&report)? + "\n"
+    } else {
+        text::render(&report)
+    };
+    use std::io::Write;
+    let mut stdout = std::io::stdout().lock();
+    // A closed pipe (e.g. `| head`) is not an error worth reporting.
+    match stdout.write_all(out.as_bytes()) {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        other => Ok(other?),
+    }
+}

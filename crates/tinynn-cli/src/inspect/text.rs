@@ -1,0 +1,103 @@
+//! The human-readable form of an inspect [`Report`].
+
+use std::fmt::Write;
+
+use super::Report;
+
+fn mib(bytes: u64) -> String {
+    format!("{:.1} MiB", bytes as f64 / (1024.0 * 1024.0))
+}
+
+/// Parameter counts as people quote them: 134.5 M, 7.24 B.
+pub fn params(n: u64) -> String {
+    match n {
+        n if n >= 1_000_000_000 => format!("{:.2} B", n as f64 / 1e9),
+        n if n >= 1_000_000 => format!("{:.1} M", n as f64 / 1e6),
+        n if n >= 1_000 => format!("{:.1} K", n as f64 / 1e3),
+        n => n.to_string(),
+    }
+}
+
+fn opt<T: ToString>(v: &Option<T>) -> String {
+    v.as_ref().map_or_else(|| "-".to_string(), T::to_string)
+}
+
+pub fn render(r: &Report) -> String {
+    let mut s = String::new();
+    // Writing to a String cannot fail.
+    let _ = write_report(&mut s, r);
+    s
+}
+
+fn write_report(s: &mut String, r: &Report) -> std::fmt::Result {
+    let format = match r.gguf_version {
+        Some(v) => format!("GGUF v{v}"),
+        None => r.format.to_string(),
+    };
+    writeln!(s, "file:          {} ({})", r.path, mib(r.file_bytes))?;
+    writeln!(s, "format:        {format}")?;
+    writeln!(s, "architecture:  {}", opt(&r.architecture))?;
+    writeln!(s, "name:          {}", opt(&r.name))?;
+    writeln!(s, "file type:     {}", opt(&r.file_type))?;
+    writeln!(s, "parameters:    {} ({})", params(r.n_params), r.n_params)?;
+    writeln!(s, "tensors:       {} ({} of data)", r.n_tensors, mib(r.tensor_bytes))?;
+    if let Some(split) = &r.split {
+        writeln!(s, "split:         {split}")?;
+    }
+    if let Some(t) = &r.tokenizer_json {
+        writeln!(s, "tokenizer:     {t}")?;
+    }
+    if let Some(c) = &r.config {
+        writeln!(s, "\nhyperparameters:")?;
+        let rows: [(&str, String); 12] = [
+            ("context length", opt(&c.n_ctx_train)),
+            ("embedding", c.n_embd.to_string()),
+            ("blocks", c.n_layer.to_string()),
+            ("heads", c.n_head.to_string()),
+            ("KV heads", c.n_head_kv.to_string()),
+            ("head dim", c.head_dim.to_string()),
+            ("feed forward", opt(&c.n_ff)),
+            ("vocab", opt(&c.n_vocab)),
+            ("norm eps", opt(&c.norm_eps)),
+            ("rope dims", opt(&c.rope_dims)),
+            ("rope base", opt(&c.rope_freq_base)),
+            ("tied output", opt(&c.tie_word_embeddings)),
+        ];
+        for (k, v) in rows {
+            writeln!(s, "  {k:<16}{v}")?;
+        }
+        writeln!(s, "  {:<16}{:?}", "rope scaling", c.rope_scaling)?;
+    }
+    if let Some(e) = &r.config_error {
+        writeln!(s, "\nhyperparameters: unavailable ({e})")?;
+    }
+    if !r.metadata.is_empty() {
+        writeln!(s, "\nmetadata ({} keys):", r.metadata.len())?;
+        let w = r.metadata.iter().map(|m| m.key.len()).max().unwrap_or(0);
+        for m in &r.metadata {
+            writeln!(s, "  {:<w$}  {:<14} {}", m.key, m.value_type, m.summary)?;
+        }
+    }
+    if !r.tensors.is_empty() {
+        writeln!(s, "\ntensors:")?;
+        let w = r.tensors.iter().map(|t| t.name.len()).max().unwrap_or(0);
+        writeln!(s, "  {:<w$}  {:<8} {:<22} {:>12}", "name", "type", "shape", "bytes")?;
+        for t in &r.tensors {
+            let shape = format!("{:?}", t.shape);
+            writeln!(s, "  {:<w$}  {:<8} {:<22} {:>12}", t.name, t.dtype, shape, t.bytes)?;
+        }
+    }
+    writeln!(s, "\ntotals by type:")?;
+    for t in &r.type_totals {
+        writeln!(
+            s,
+            "  {:<8} {:>5} tensors {:>14} params {:>12}",
+            t.dtype,
+            t.tensors,
+            t.n_elements,
+            mib(t.bytes)
+        )?;
+    }
+    writeln!(s, "  {:<8} {:>5} tensors {:>14} params {:>12}", "all", r.n_tensors, r.n_params, mib(r.tensor_bytes))?;
+    Ok(())
+}

@@ -1,0 +1,99 @@
+//! Hugging Face `config.json`, the fields of the Llama, Qwen2/3, Mistral, Gemma and GPT-2
+//! families. Unknown fields are ignored; wrong types are errors that name line and column.
+
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, Result};
+
+/// A token id or a list of them (`eos_token_id` is either in real configs).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(untagged)]
+pub enum TokenIds {
+    One(i64),
+    Many(Vec<i64>),
+}
+
+/// `rope_scaling` (`type` in older configs, `rope_type` in newer ones).
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
+pub struct HfRopeScaling {
+    pub rope_type: Option<String>,
+    #[serde(rename = "type")]
+    pub legacy_type: Option<String>,
+    pub factor: Option<f64>,
+    pub original_max_position_embeddings: Option<u64>,
+    pub low_freq_factor: Option<f64>,
+    pub high_freq_factor: Option<f64>,
+    pub beta_fast: Option<f64>,
+    pub beta_slow: Option<f64>,
+    pub attention_factor: Option<f64>,
+    pub short_factor: Option<Vec<f64>>,
+    pub long_factor: Option<Vec<f64>>,
+}
+
+impl HfRopeScaling {
+    /// The scaling kind, whichever spelling the config used.
+    pub fn kind(&self) -> Option<&str> {
+        self.rope_type.as_deref().or(self.legacy_type.as_deref())
+    }
+}
+
+/// The subset of `config.json` tinynn understands.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
+pub struct HfConfig {
+    pub model_type: Option<String>,
+    pub architectures: Option<Vec<String>>,
+    // Llama / Mistral / Qwen / Gemma names.
+    pub vocab_size: Option<u64>,
+    pub hidden_size: Option<u64>,
+    pub intermediate_size: Option<u64>,
+    pub num_hidden_layers: Option<u64>,
+    pub num_attention_heads: Option<u64>,
+    pub num_key_value_heads: Option<u64>,
+    pub head_dim: Option<u64>,
+    pub max_position_embeddings: Option<u64>,
+    pub rms_norm_eps: Option<f64>,
+    pub rope_theta: Option<f64>,
+    pub rope_scaling: Option<HfRopeScaling>,
+    pub partial_rotary_factor: Option<f64>,
+    pub tie_word_embeddings: Option<bool>,
+    pub attention_bias: Option<bool>,
+    pub hidden_act: Option<String>,
+    pub hidden_activation: Option<String>,
+    pub sliding_window: Option<u64>,
+    pub query_pre_attn_scalar: Option<f64>,
+    pub attn_logit_softcapping: Option<f64>,
+    pub final_logit_softcapping: Option<f64>,
+    pub bos_token_id: Option<TokenIds>,
+    pub eos_token_id: Option<TokenIds>,
+    pub pad_token_id: Option<TokenIds>,
+    pub torch_dtype: Option<String>,
+    pub dtype: Option<String>,
+    // GPT-2 names.
+    pub n_embd: Option<u64>,
+    pub n_layer: Option<u64>,
+    pub n_head: Option<u64>,
+    pub n_inner: Option<u64>,
+    pub n_positions: Option<u64>,
+    pub n_ctx: Option<u64>,
+    pub layer_norm_epsilon: Option<f64>,
+    pub activation_function: Option<String>,
+}
+
+impl HfConfig {
+    pub fn from_json(text: &str) -> std::result::Result<HfConfig, serde_json::Error> {
+        serde_json::from_str(text)
+    }
+
+    /// Reads `config.json`; the error names the file, line and column.
+    pub fn from_file(path: &Path) -> Result<HfConfig> {
+        let text = crate::model_dir::read_small_text(path)?;
+        HfConfig::from_json(&text).map_err(|e| Error::json(path, &e))
+    }
+
+    /// The weights' dtype as the config states it (`torch_dtype`, or `dtype` in newer files).
+    pub fn weight_dtype(&self) -> Option<&str> {
+        self.torch_dtype.as_deref().or(self.dtype.as_deref())
+    }
+}

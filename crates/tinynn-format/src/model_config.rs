@@ -1,0 +1,280 @@
+//! The hyperparameters of a transformer, read from GGUF metadata or a HF `config.json` into one
+//! typed shape, so later layers never look at key strings.
+
+use serde::Serialize;
+
+use crate::error::GgufError;
+use crate::gguf::{Gguf, Key};
+use crate::hf_config::HfConfig;
+
+/// Model families by their GGUF architecture name.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(into = "String")]
+pub enum Architecture {
+    Llama,
+    Mistral,
+    Qwen2,
+    Qwen3,
+    Gemma,
+    Gemma2,
+    Gemma3,
+    Phi3,
+    Gpt2,
+    /// A family tinynn does not know; the name is kept as the file gives it.
+    Other(String),
+}
+
+impl Architecture {
+    /// From `general.architecture`.
+    pub fn from_gguf_name(name: &str) -> Architecture {
+        match name {
+            "llama" => Architecture::Llama,
+            "mistral" => Architecture::Mistral,
+            "qwen2" => Architecture::Qwen2,
+            "qwen3" => Architecture::Qwen3,
+            "gemma" => Architecture::Gemma,
+            "gemma2" => Architecture::Gemma2,
+            "gemma3" => Architecture::Gemma3,
+            "phi3" => Architecture::Phi3,
+            "gpt2" => Architecture::Gpt2,
+            other => Architecture::Other(other.to_string()),
+        }
+    }
+
+    /// From `model_type` in `config.json` (`gemma3_text` is Gemma 3's text model).
+    pub fn from_hf_model_type(model_type: &str) -> Architecture {
+        match model_type {
+            "gemma3_text" => Architecture::Gemma3,
+            other => Architecture::from_gguf_name(other),
+        }
+    }
+
+    /// The GGUF architecture name.
+    pub fn name(&self) -> &str {
+        match self {
+            Architecture::Llama => "llama",
+            Architecture::Mistral => "mistral",
+            Architecture::Qwen2 => "qwen2",
+            Architecture::Qwen3 => "qwen3",
+            Architecture::Gemma => "gemma",
+            Architecture::Gemma2 => "gemma2",
+            Architecture::Gemma3 => "gemma3",
+            Architecture::Phi3 => "phi3",
+            Architecture::Gpt2 => "gpt2",
+            Architecture::Other(s) => s,
+        }
+    }
+}
+
+impl From<Architecture> for String {
+    fn from(a: Architecture) -> String {
+        a.name().to_string()
+    }
+}
+
+/// How positions beyond the training context are handled by RoPE.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "type", rename_all = "lowercase")]
+pub enum RopeScaling {
+    None,
+    Linear {
+        factor: f64,
+    },
+    Yarn {
+        factor: f64,
+        original_context: Option<u64>,
+        attn_factor: Option<f64>,
+        beta_fast: Option<f64>,
+        beta_slow: Option<f64>,
+    },
+    Llama3 {
+        factor: f64,
+        low_freq_factor: Option<f64>,
+        high_freq_factor: Option<f64>,
+        original_context: Option<u64>,
+    },
+    LongRope {
+        original_context: Option<u64>,
+    },
+    /// A scaling kind tinynn does not know, kept by name.
+    Other {
+        name: String,
+    },
+}
+
+/// A transformer's shape and settings.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ModelConfig {
+    pub architecture: Architecture,
+    pub n_vocab: Option<u64>,
+    /// Context length the model was trained with.
+    pub n_ctx_train: Option<u64>,
+    pub n_embd: u64,
+    pub n_layer: u64,
+    pub n_head: u64,
+    pub n_head_kv: u64,
+    pub head_dim: u64,
+    pub n_ff: Option<u64>,
+    pub norm_eps: Option<f64>,
+    pub rope_dims: Option<u64>,
+    pub rope_freq_base: Option<f64>,
+    pub rope_scaling: RopeScaling,
+    pub tie_word_embeddings: Option<bool>,
+}
+
+/// Why a config could not be built.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum ConfigError {
+    #[error("missing {0}")]
+    Missing(String),
+    #[error("{field} is {value}: {why}")]
+    Invalid {
+        field: String,
+        value: String,
+        why: &'static str,
+    },
+    #[error(transparent)]
+    Gguf(#[from] GgufError),
+}
+
+fn need(v: Option<u64>, what: &str) -> Result<u64, ConfigError> {
+    v.ok_or_else(|| ConfigError::Missing(what.to_string()))
+}
+
+/// Shared checks and derived values for both sources.
+fn assemble(mut c: ModelConfig, head_dim: Option<u64>) -> Result<ModelConfig, ConfigError> {
+    let invalid = |field: &str, value: u64, why| ConfigError::Invalid {
+        field: field.into(),
+        value: value.to_string(),
+        why,
+    };
+    for (field, v) in [("embedding length", c.n_embd), ("block count", c.n_layer), ("head count", c.n_head)] {
+        if v == 0 {
+            return Err(invalid(field, v, "must be at least 1"));
+        }
+    }
+    if c.n_head_kv == 0 || c.n_head % c.n_head_kv != 0 {
+        return Err(invalid("KV head count", c.n_head_kv, "must divide the head count"));
+    }
+    c.head_dim = match head_dim {
+        Some(0) => return Err(invalid("head dimension", 0, "must be at least 1")),
+        Some(d) => d,
+        None if c.n_embd % c.n_head == 0 => c.n_embd / c.n_head,
+        None => return Err(invalid("embedding length", c.n_embd, "is not a multiple of the head count")),
+    };
+    Ok(c)
+}
+
+impl ModelConfig {
+    /// From GGUF metadata (`{arch}.*` keys).
+    pub fn from_gguf(g: &Gguf) -> Result<ModelConfig, ConfigError> {
+        let arch = g
+            .get_str(Key::GeneralArchitecture)?
+            .ok_or_else(|| ConfigError::Missing("general.architecture".into()))?;
+        let key = |k: Key| k.resolve(arch).into_owned();
+        let n_head = need(g.get_u64(Key::HeadCount)?, &key(Key::HeadCount))?;
+        let n_vocab = match g.get_u64(Key::VocabSize)? {
+            Some(v) => Some(v),
+            None => g.get_array(Key::TokenizerTokens)?.map(|a| a.len() as u64),
+        };
+        let rope_scaling = match g.get_str(Key::RopeScalingType)? {
+            None | Some("none") => RopeScaling::None,
+            Some("linear") => RopeScaling::Linear {
+                factor: g.get_f64(Key::RopeScalingFactor)?.unwrap_or(1.0),
+            },
+            Some("yarn") => RopeScaling::Yarn {
+                factor: g.get_f64(Key::RopeScalingFactor)?.unwrap_or(1.0),
+                original_context: g.get_u64(Key::RopeScalingOriginalContextLength)?,
+                attn_factor: g.get_f64(Key::RopeScalingAttnFactor)?,
+                beta_fast: g.get_f64(Key::RopeScalingYarnBetaFast)?,
+                beta_slow: g.get_f64(Key::RopeScalingYarnBetaSlow)?,
+            },
+            Some("longrope") => RopeScaling::LongRope {
+                original_context: g.get_u64(Key::RopeScalingOriginalContextLength)?,
+            },
+            Some(other) => RopeScaling::Other { name: other.into() },
+        };
+        let has_output = g.tensor_info("output.weight").is_some();
+        let config = ModelConfig {
+            architecture: Architecture::from_gguf_name(arch),
+            n_vocab,
+            n_ctx_train: g.get_u64(Key::ContextLength)?,
+            n_embd: need(g.get_u64(Key::EmbeddingLength)?, &key(Key::EmbeddingLength))?,
+            n_layer: need(g.get_u64(Key::BlockCount)?, &key(Key::BlockCount))?,
+            n_head,
+            n_head_kv: g.get_u64(Key::HeadCountKv)?.unwrap_or(n_head),
+            head_dim: 0,
+            n_ff: g.get_u64(Key::FeedForwardLength)?,
+            norm_eps: match g.get_f64(Key::LayerNormRmsEpsilon)? {
+                Some(e) => Some(e),
+                None => g.get_f64(Key::LayerNormEpsilon)?,
+            },
+            rope_dims: g.get_u64(Key::RopeDimensionCount)?,
+            rope_freq_base: g.get_f64(Key::RopeFreqBase)?,
+            rope_scaling,
+            tie_word_embeddings: Some(!has_output && g.tensor_info("token_embd.weight").is_some()),
+        };
+        assemble(config, g.get_u64(Key::KeyLength)?)
+    }
+
+    /// From a parsed `config.json`.
+    pub fn from_hf(c: &HfConfig) -> Result<ModelConfig, ConfigError> {
+        let model_type = c
+            .model_type
+            .as_deref()
+            .ok_or_else(|| ConfigError::Missing("model_type".into()))?;
+        let n_head = need(c.num_attention_heads.or(c.n_head), "num_attention_heads")?;
+        let n_embd = need(c.hidden_size.or(c.n_embd), "hidden_size")?;
+        let rope_scaling = match &c.rope_scaling {
+            None => RopeScaling::None,
+            Some(s) => {
+                let factor = s.factor.unwrap_or(1.0);
+                match s.kind() {
+                    None | Some("default") => RopeScaling::None,
+                    Some("linear") => RopeScaling::Linear { factor },
+                    Some("yarn") => RopeScaling::Yarn {
+                        factor,
+                        original_context: s.original_max_position_embeddings,
+                        attn_factor: s.attention_factor,
+                        beta_fast: s.beta_fast,
+                        beta_slow: s.beta_slow,
+                    },
+                    Some("llama3") => RopeScaling::Llama3 {
+                        factor,
+                        low_freq_factor: s.low_freq_factor,
+                        high_freq_factor: s.high_freq_factor,
+                        original_context: s.original_max_position_embeddings,
+                    },
+                    Some("longrope") | Some("su") => RopeScaling::LongRope {
+                        original_context: s.original_max_position_embeddings,
+                    },
+                    Some(other) => RopeScaling::Other { name: other.into() },
+                }
+            }
+        };
+        let gpt2 = model_type == "gpt2";
+        let config = ModelConfig {
+            architecture: Architecture::from_hf_model_type(model_type),
+            n_vocab: c.vocab_size,
+            n_ctx_train: c.max_position_embeddings.or(c.n_positions).or(c.n_ctx),
+            n_embd,
+            n_layer: need(c.num_hidden_layers.or(c.n_layer), "num_hidden_layers")?,
+            n_head,
+            n_head_kv: c.num_key_value_heads.unwrap_or(n_head),
+            head_dim: 0,
+            n_ff: c.intermediate_size.or(c.n_inner).or(gpt2.then_some(4 * n_embd)),
+            norm_eps: c.rms_norm_eps.or(c.layer_norm_epsilon),
+            rope_dims: None,
+            rope_freq_base: if gpt2 { None } else { Some(c.rope_theta.unwrap_or(10_000.0)) },
+            rope_scaling,
+            tie_word_embeddings: Some(c.tie_word_embeddings.unwrap_or(gpt2)),
+        };
+        let mut config = assemble(config, c.head_dim)?;
+        if !gpt2 {
+            let fraction = c.partial_rotary_factor.unwrap_or(1.0);
+            config.rope_dims = Some((config.head_dim as f64 * fraction).round() as u64);
+        }
+        Ok(config)
+    }
+
+}

@@ -1,0 +1,155 @@
+//! A Hugging Face model directory: `config.json` + `*.safetensors` (one file, or shards named by
+//! `model.safetensors.index.json`) + optionally `tokenizer.json`.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+use crate::error::{Error, Result};
+use crate::hf_config::HfConfig;
+use crate::safetensors::SafetensorsFile;
+
+/// JSON side files (config, index) larger than this are refused rather than read into memory.
+pub const MAX_JSON_BYTES: u64 = 64 << 20;
+
+pub const CONFIG_FILE: &str = "config.json";
+pub const INDEX_FILE: &str = "model.safetensors.index.json";
+pub const TOKENIZER_FILE: &str = "tokenizer.json";
+
+/// Reads a UTF-8 text file, refusing files over [`MAX_JSON_BYTES`].
+pub(crate) fn read_small_text(path: &Path) -> Result<String> {
+    let len = std::fs::metadata(path).map_err(|e| Error::io(path, e))?.len();
+    if len > MAX_JSON_BYTES {
+        return Err(Error::invalid(path, format!("{len} bytes is too large for a JSON side file (max {MAX_JSON_BYTES})")));
+    }
+    std::fs::read_to_string(path).map_err(|e| Error::io(path, e))
+}
+
+#[derive(Deserialize)]
+struct ShardIndex {
+    weight_map: BTreeMap<String, String>,
+}
+
+/// An opened HF model directory with every weight file mapped and validated.
+pub struct HfModelDir {
+    pub dir: PathBuf,
+    pub config: HfConfig,
+    /// Weight files in name order.
+    pub shards: Vec<SafetensorsFile>,
+    /// `tokenizer.json`, when present.
+    pub tokenizer_json: Option<PathBuf>,
+    /// Tensor name → index into `shards`.
+    tensor_shard: HashMap<String, usize>,
+}
+
+impl HfModelDir {
+    /// True if `dir` looks like a HF model directory (has a `config.json`).
+    pub fn is_model_dir(dir: &Path) -> bool {
+        dir.is_dir() && dir.join(CONFIG_FILE).is_file()
+    }
+
+    pub fn open(dir: impl AsRef<Path>) -> Result<HfModelDir> {
+        let dir = dir.as_ref().to_path_buf();
+        let config_path = dir.join(CONFIG_FILE);
+        if !config_path.is_file() {
+            return Err(Error::invalid(&dir, "not a model directory: config.json is missing"));
+        }
+        let config = HfConfig::from_file(&config_path)?;
+
+        let index_path = dir.join(INDEX_FILE);
+        let shard_names = if index_path.is_file() {
+            shards_from_index(&index_path)?
+        } else {
+            let mut names = Vec::new();
+            let entries = std::fs::read_dir(&dir).map_err(|e| Error::io(&dir, e))?;
+            for entry in entries {
+                let entry = entry.map_err(|e| Error::io(&dir, e))?;
+                let name = entry.file_name().to_string_lossy().into_owned();
+                if name.ends_with(".safetensors") && entry.path().is_file() {
+                    names.push(name);
+                }
+            }
+            names.sort();
+            names
+        };
+        if shard_names.is_empty() {
+            return Err(Error::invalid(&dir, "no *.safetensors weight files"));
+        }
+
+        let mut shards = Vec::with_capacity(shard_names.len());
+        let mut tensor_shard = HashMap::new();
+        for (i, name) in shard_names.iter().enumerate() {
+            let file = SafetensorsFile::open(dir.join(name))?;
+            for t in file.tensors() {
+                if tensor_shard.insert(t.name.clone(), i).is_some() {
+                    return Err(Error::invalid(file.path(), format!("tensor '{}' appears in more than one weight file", t.name)));
+                }
+            }
+            shards.push(file);
+        }
+        if index_path.is_file() {
+            check_index_matches(&index_path, &shard_names, &tensor_shard)?;
+        }
+
+        let tokenizer = dir.join(TOKENIZER_FILE);
+        Ok(HfModelDir {
+            dir,
+            config,
+            shards,
+            tokenizer_json: tokenizer.is_file().then_some(tokenizer),
+            tensor_shard,
+        })
+    }
+
+    /// The weight file holding `name`, and the tensor.
+    pub fn tensor(&self, name: &str) -> Option<(&SafetensorsFile, &crate::safetensors::SafetensorsTensor)> {
+        let shard = &self.shards[*self.tensor_shard.get(name)?];
+        Some((shard, shard.tensor(name)?))
+    }
+
+    pub fn n_tensors(&self) -> usize {
+        self.tensor_shard.len()
+    }
+}
+
+fn read_index(index_path: &Path) -> Result<ShardIndex> {
+    let text = read_small_text(index_path)?;
+    serde_json::from_str(&text).map_err(|e| Error::json(index_path, &e))
+}
+
+/// The distinct shard file names of an index, each a plain file name inside the directory.
+fn shards_from_index(index_path: &Path) -> Result<Vec<String>> {
+    let index = read_index(index_path)?;
+    let mut names: Vec<String> = index.weight_map.values().cloned().collect();
+    names.sort();
+    names.dedup();
+    for n in &names {
+        let plain = !n.is_empty() && !n.contains('/') && !n.contains('\\') && n != "." && n != "..";
+        if !plain {
+            return Err(Error::invalid(index_path, format!("weight_map names '{n}', which is not a plain file name in this directory")));
+        }
+    }
+    Ok(names)
+}
+
+/// Every tensor the index names is in the shard it names.
+fn check_index_matches(
+    index_path: &Path,
+    shard_names: &[String],
+    tensor_shard: &HashMap<String, usize>,
+) -> Result<()> {
+    let index = read_index(index_path)?;
+    for (tensor, file) in &index.weight_map {
+        match tensor_shard.get(tensor) {
+            Some(&i) if shard_names[i] == *file => {}
+            Some(&i) => {
+                return Err(Error::invalid(index_path, format!("tensor '{tensor}' is listed in {file} but found in {}", shard_names[i])));
+            }
+            None => {
+                return Err(Error::invalid(index_path, format!("tensor '{tensor}' is listed in {file} but not found there")));
+            }
+        }
+    }
+    Ok(())
+}
