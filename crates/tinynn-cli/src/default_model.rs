@@ -11,7 +11,11 @@ pub const DEFAULT_MODEL_FILE: &str = "SmolLM2-135M-Instruct.Q4_1.gguf";
 /// The cache root: `$TINYNN_CACHE`, else `$XDG_CACHE_HOME/tinynn`, else `~/.cache/tinynn`
 /// (the same rule as `scripts/fetch-models.sh`).
 pub fn cache_root() -> Option<PathBuf> {
-    let var = |k| std::env::var_os(k).filter(|v| !v.is_empty()).map(PathBuf::from);
+    let var = |k| {
+        std::env::var_os(k)
+            .filter(|v| !v.is_empty())
+            .map(PathBuf::from)
+    };
     var("TINYNN_CACHE")
         .or_else(|| var("XDG_CACHE_HOME").map(|p| p.join("tinynn")))
         .or_else(|| var("HOME").map(|p| p.join(".cache").join("tinynn")))

@@ -8,7 +8,11 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 #[derive(Parser)]
-#[command(name = "tnn", version, about = "tinynn: run, train and serve transformer models on the CPU")]
+#[command(
+    name = "tnn",
+    version,
+    about = "tinynn: run, train and serve transformer models on the CPU"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,

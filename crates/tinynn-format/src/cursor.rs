@@ -25,7 +25,11 @@ impl<'a> Cursor<'a> {
     }
 
     /// Takes `n` bytes, or fails naming `field` at the current offset.
-    pub(crate) fn take(&mut self, n: u64, field: impl FnOnce() -> String) -> Result<&'a [u8], GgufError> {
+    pub(crate) fn take(
+        &mut self,
+        n: u64,
+        field: impl FnOnce() -> String,
+    ) -> Result<&'a [u8], GgufError> {
         let available = self.remaining();
         if n > available {
             return Err(GgufError::new(
@@ -43,7 +47,10 @@ impl<'a> Cursor<'a> {
         Ok(&self.buf[start..self.pos])
     }
 
-    pub(crate) fn array<const N: usize>(&mut self, field: impl FnOnce() -> String) -> Result<[u8; N], GgufError> {
+    pub(crate) fn array<const N: usize>(
+        &mut self,
+        field: impl FnOnce() -> String,
+    ) -> Result<[u8; N], GgufError> {
         let bytes = self.take(N as u64, field)?;
         let mut out = [0u8; N];
         out.copy_from_slice(bytes);
@@ -75,7 +82,11 @@ impl<'a> Cursor<'a> {
 
     /// Reads a count of items that each take at least `min_item_bytes` bytes on disk, and checks
     /// that the bytes left can hold that many before anyone allocates for them.
-    pub(crate) fn count(&mut self, min_item_bytes: u64, field: impl Fn() -> String) -> Result<u64, GgufError> {
+    pub(crate) fn count(
+        &mut self,
+        min_item_bytes: u64,
+        field: impl Fn() -> String,
+    ) -> Result<u64, GgufError> {
         let at = self.pos();
         let count = self.u64(&field)?;
         let available = self.remaining();

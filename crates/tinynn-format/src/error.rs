@@ -83,6 +83,42 @@ pub enum GgufErrorKind {
     DataSectionPastEnd { start: u64, file_len: u64 },
 }
 
+impl GgufErrorKind {
+    /// The variant's name, stable for tests and machine-readable output.
+    pub fn code(&self) -> &'static str {
+        use GgufErrorKind::*;
+        match self {
+            UnexpectedEof { .. } => "UnexpectedEof",
+            BadMagic { .. } => "BadMagic",
+            BigEndian => "BigEndian",
+            UnsupportedVersion { .. } => "UnsupportedVersion",
+            CountTooLarge { .. } => "CountTooLarge",
+            LengthTooLarge { .. } => "LengthTooLarge",
+            InvalidUtf8 => "InvalidUtf8",
+            InvalidBool { .. } => "InvalidBool",
+            UnknownValueType { .. } => "UnknownValueType",
+            NestingTooDeep { .. } => "NestingTooDeep",
+            DuplicateKey => "DuplicateKey",
+            WrongValueType { .. } => "WrongValueType",
+            BadAlignment { .. } => "BadAlignment",
+            UnknownTensorType { .. } => "UnknownTensorType",
+            RemovedTensorType { .. } => "RemovedTensorType",
+            TooManyDims { .. } => "TooManyDims",
+            NoDims { .. } => "NoDims",
+            BadDim { .. } => "BadDim",
+            SizeOverflow => "SizeOverflow",
+            NotBlockMultiple { .. } => "NotBlockMultiple",
+            NameTooLong { .. } => "NameTooLong",
+            EmptyName => "EmptyName",
+            DuplicateTensor => "DuplicateTensor",
+            MisalignedOffset { .. } => "MisalignedOffset",
+            TensorOutOfBounds { .. } => "TensorOutOfBounds",
+            TensorsOverlap { .. } => "TensorsOverlap",
+            DataSectionPastEnd { .. } => "DataSectionPastEnd",
+        }
+    }
+}
+
 impl GgufError {
     pub(crate) fn new(offset: u64, field: impl Into<String>, kind: GgufErrorKind) -> Self {
         GgufError {

@@ -148,19 +148,33 @@ fn assemble(mut c: ModelConfig, head_dim: Option<u64>) -> Result<ModelConfig, Co
         value: value.to_string(),
         why,
     };
-    for (field, v) in [("embedding length", c.n_embd), ("block count", c.n_layer), ("head count", c.n_head)] {
+    for (field, v) in [
+        ("embedding length", c.n_embd),
+        ("block count", c.n_layer),
+        ("head count", c.n_head),
+    ] {
         if v == 0 {
             return Err(invalid(field, v, "must be at least 1"));
         }
     }
     if c.n_head_kv == 0 || c.n_head % c.n_head_kv != 0 {
-        return Err(invalid("KV head count", c.n_head_kv, "must divide the head count"));
+        return Err(invalid(
+            "KV head count",
+            c.n_head_kv,
+            "must divide the head count",
+        ));
     }
     c.head_dim = match head_dim {
         Some(0) => return Err(invalid("head dimension", 0, "must be at least 1")),
         Some(d) => d,
         None if c.n_embd % c.n_head == 0 => c.n_embd / c.n_head,
-        None => return Err(invalid("embedding length", c.n_embd, "is not a multiple of the head count")),
+        None => {
+            return Err(invalid(
+                "embedding length",
+                c.n_embd,
+                "is not a multiple of the head count",
+            ))
+        }
     };
     Ok(c)
 }
@@ -262,10 +276,17 @@ impl ModelConfig {
             n_head,
             n_head_kv: c.num_key_value_heads.unwrap_or(n_head),
             head_dim: 0,
-            n_ff: c.intermediate_size.or(c.n_inner).or(gpt2.then_some(4 * n_embd)),
+            n_ff: c
+                .intermediate_size
+                .or(c.n_inner)
+                .or(gpt2.then_some(4 * n_embd)),
             norm_eps: c.rms_norm_eps.or(c.layer_norm_epsilon),
             rope_dims: None,
-            rope_freq_base: if gpt2 { None } else { Some(c.rope_theta.unwrap_or(10_000.0)) },
+            rope_freq_base: if gpt2 {
+                None
+            } else {
+                Some(c.rope_theta.unwrap_or(10_000.0))
+            },
             rope_scaling,
             tie_word_embeddings: Some(c.tie_word_embeddings.unwrap_or(gpt2)),
         };
@@ -276,5 +297,4 @@ impl ModelConfig {
         }
         Ok(config)
     }
-
 }

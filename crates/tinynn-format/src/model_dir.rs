@@ -19,9 +19,14 @@ pub const TOKENIZER_FILE: &str = "tokenizer.json";
 
 /// Reads a UTF-8 text file, refusing files over [`MAX_JSON_BYTES`].
 pub(crate) fn read_small_text(path: &Path) -> Result<String> {
-    let len = std::fs::metadata(path).map_err(|e| Error::io(path, e))?.len();
+    let len = std::fs::metadata(path)
+        .map_err(|e| Error::io(path, e))?
+        .len();
     if len > MAX_JSON_BYTES {
-        return Err(Error::invalid(path, format!("{len} bytes is too large for a JSON side file (max {MAX_JSON_BYTES})")));
+        return Err(Error::invalid(
+            path,
+            format!("{len} bytes is too large for a JSON side file (max {MAX_JSON_BYTES})"),
+        ));
     }
     std::fs::read_to_string(path).map_err(|e| Error::io(path, e))
 }
@@ -53,7 +58,10 @@ impl HfModelDir {
         let dir = dir.as_ref().to_path_buf();
         let config_path = dir.join(CONFIG_FILE);
         if !config_path.is_file() {
-            return Err(Error::invalid(&dir, "not a model directory: config.json is missing"));
+            return Err(Error::invalid(
+                &dir,
+                "not a model directory: config.json is missing",
+            ));
         }
         let config = HfConfig::from_file(&config_path)?;
 
@@ -83,7 +91,10 @@ impl HfModelDir {
             let file = SafetensorsFile::open(dir.join(name))?;
             for t in file.tensors() {
                 if tensor_shard.insert(t.name.clone(), i).is_some() {
-                    return Err(Error::invalid(file.path(), format!("tensor '{}' appears in more than one weight file", t.name)));
+                    return Err(Error::invalid(
+                        file.path(),
+                        format!("tensor '{}' appears in more than one weight file", t.name),
+                    ));
                 }
             }
             shards.push(file);
@@ -103,7 +114,10 @@ impl HfModelDir {
     }
 
     /// The weight file holding `name`, and the tensor.
-    pub fn tensor(&self, name: &str) -> Option<(&SafetensorsFile, &crate::safetensors::SafetensorsTensor)> {
+    pub fn tensor(
+        &self,
+        name: &str,
+    ) -> Option<(&SafetensorsFile, &crate::safetensors::SafetensorsTensor)> {
         let shard = &self.shards[*self.tensor_shard.get(name)?];
         Some((shard, shard.tensor(name)?))
     }
@@ -127,7 +141,10 @@ fn shards_from_index(index_path: &Path) -> Result<Vec<String>> {
     for n in &names {
         let plain = !n.is_empty() && !n.contains('/') && !n.contains('\\') && n != "." && n != "..";
         if !plain {
-            return Err(Error::invalid(index_path, format!("weight_map names '{n}', which is not a plain file name in this directory")));
+            return Err(Error::invalid(
+                index_path,
+                format!("weight_map names '{n}', which is not a plain file name in this directory"),
+            ));
         }
     }
     Ok(names)
@@ -144,10 +161,19 @@ fn check_index_matches(
         match tensor_shard.get(tensor) {
             Some(&i) if shard_names[i] == *file => {}
             Some(&i) => {
-                return Err(Error::invalid(index_path, format!("tensor '{tensor}' is listed in {file} but found in {}", shard_names[i])));
+                return Err(Error::invalid(
+                    index_path,
+                    format!(
+                        "tensor '{tensor}' is listed in {file} but found in {}",
+                        shard_names[i]
+                    ),
+                ));
             }
             None => {
-                return Err(Error::invalid(index_path, format!("tensor '{tensor}' is listed in {file} but not found there")));
+                return Err(Error::invalid(
+                    index_path,
+                    format!("tensor '{tensor}' is listed in {file} but not found there"),
+                ));
             }
         }
     }

@@ -50,7 +50,9 @@ impl SafetensorsHeader {
             let data_start = data_base
                 .checked_add(start)
                 .filter(|s| s.checked_add(end - start).is_some_and(|e| e <= bytes.len()))
-                .ok_or_else(|| format!("tensor '{name}' data [{start}, {end}) lies outside the file"))?;
+                .ok_or_else(|| {
+                    format!("tensor '{name}' data [{start}, {end}) lies outside the file")
+                })?;
             tensors.push(SafetensorsTensor {
                 name,
                 dtype: info.dtype,
@@ -78,10 +80,11 @@ impl SafetensorsFile {
     pub fn open(path: impl AsRef<Path>) -> Result<SafetensorsFile> {
         let path = path.as_ref().to_path_buf();
         let map = MappedFile::open(&path)?;
-        let header = SafetensorsHeader::parse(map.bytes()).map_err(|message| Error::Safetensors {
-            path: path.clone(),
-            message,
-        })?;
+        let header =
+            SafetensorsHeader::parse(map.bytes()).map_err(|message| Error::Safetensors {
+                path: path.clone(),
+                message,
+            })?;
         let index = header
             .tensors
             .iter()

@@ -112,19 +112,33 @@ impl Report {
         r.gguf_version = Some(g.version());
         r.file_bytes = file.bytes().len() as u64;
         r.architecture = g.architecture().map(str::to_string);
-        r.name = g.get_str(Key::GeneralName).ok().flatten().map(str::to_string);
+        r.name = g
+            .get_str(Key::GeneralName)
+            .ok()
+            .flatten()
+            .map(str::to_string);
         r.file_type = match g.get_u64(Key::GeneralFileType) {
-            Ok(Some(id)) => Some(gguf::file_type_name(id).map_or_else(|| format!("unknown ({id})"), str::to_string)),
+            Ok(Some(id)) => Some(
+                gguf::file_type_name(id).map_or_else(|| format!("unknown ({id})"), str::to_string),
+            ),
             _ => None,
         };
         match ModelConfig::from_gguf(g) {
             Ok(c) => r.config = Some(c),
             Err(e) => r.config_error = Some(e.to_string()),
         }
-        if let Some(s) = g.split().with_context(|| format!("{}: split metadata", path.display()))? {
-            r.split = Some(json!({"index": s.index, "count": s.count, "total_tensors": s.total_tensors}));
+        if let Some(s) = g
+            .split()
+            .with_context(|| format!("{}: split metadata", path.display()))?
+        {
+            r.split =
+                Some(json!({"index": s.index, "count": s.count, "total_tensors": s.total_tensors}));
         }
-        r.metadata = g.metadata().iter().map(|kv| meta_entry(&kv.key, &kv.value)).collect();
+        r.metadata = g
+            .metadata()
+            .iter()
+            .map(|kv| meta_entry(&kv.key, &kv.value))
+            .collect();
         r.tensors = g
             .tensors()
             .iter()
@@ -155,11 +169,16 @@ impl Report {
         let mut r = Report::empty(path, "hf-dir");
         for shard in &dir.shards {
             r.file_bytes += std::fs::metadata(shard.path())?.len();
-            r.tensors.extend(shard.tensors().iter().map(safetensors_row));
+            r.tensors
+                .extend(shard.tensors().iter().map(safetensors_row));
         }
         r.tensors.sort_by(|a, b| a.name.cmp(&b.name));
         r.architecture = dir.config.model_type.clone();
-        r.name = dir.config.architectures.as_ref().and_then(|a| a.first().cloned());
+        r.name = dir
+            .config
+            .architectures
+            .as_ref()
+            .and_then(|a| a.first().cloned());
         r.file_type = dir.config.weight_dtype().map(str::to_string);
         r.tokenizer_json = dir.tokenizer_json.as_ref().map(|p| p.display().to_string());
         match ModelConfig::from_hf(&dir.config) {

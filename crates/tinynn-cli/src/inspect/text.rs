@@ -40,7 +40,12 @@ fn write_report(s: &mut String, r: &Report) -> std::fmt::Result {
     writeln!(s, "name:          {}", opt(&r.name))?;
     writeln!(s, "file type:     {}", opt(&r.file_type))?;
     writeln!(s, "parameters:    {} ({})", params(r.n_params), r.n_params)?;
-    writeln!(s, "tensors:       {} ({} of data)", r.n_tensors, mib(r.tensor_bytes))?;
+    writeln!(
+        s,
+        "tensors:       {} ({} of data)",
+        r.n_tensors,
+        mib(r.tensor_bytes)
+    )?;
     if let Some(split) = &r.split {
         writeln!(s, "split:         {split}")?;
     }
@@ -81,10 +86,18 @@ fn write_report(s: &mut String, r: &Report) -> std::fmt::Result {
     if !r.tensors.is_empty() {
         writeln!(s, "\ntensors:")?;
         let w = r.tensors.iter().map(|t| t.name.len()).max().unwrap_or(0);
-        writeln!(s, "  {:<w$}  {:<8} {:<22} {:>12}", "name", "type", "shape", "bytes")?;
+        writeln!(
+            s,
+            "  {:<w$}  {:<8} {:<22} {:>12}",
+            "name", "type", "shape", "bytes"
+        )?;
         for t in &r.tensors {
             let shape = format!("{:?}", t.shape);
-            writeln!(s, "  {:<w$}  {:<8} {:<22} {:>12}", t.name, t.dtype, shape, t.bytes)?;
+            writeln!(
+                s,
+                "  {:<w$}  {:<8} {:<22} {:>12}",
+                t.name, t.dtype, shape, t.bytes
+            )?;
         }
     }
     writeln!(s, "\ntotals by type:")?;
@@ -98,6 +111,13 @@ fn write_report(s: &mut String, r: &Report) -> std::fmt::Result {
             mib(t.bytes)
         )?;
     }
-    writeln!(s, "  {:<8} {:>5} tensors {:>14} params {:>12}", "all", r.n_tensors, r.n_params, mib(r.tensor_bytes))?;
+    writeln!(
+        s,
+        "  {:<8} {:>5} tensors {:>14} params {:>12}",
+        "all",
+        r.n_tensors,
+        r.n_params,
+        mib(r.tensor_bytes)
+    )?;
     Ok(())
 }

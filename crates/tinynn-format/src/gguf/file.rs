@@ -66,7 +66,10 @@ impl GgufFile {
 
     fn view<'a>(&'a self, info: &'a TensorInfo) -> TensorView<'a> {
         // Parsing checked that every tensor lies inside the data section of these very bytes.
-        let data = self.gguf.tensor_data(self.map.bytes(), info).unwrap_or_default();
+        let data = self
+            .gguf
+            .tensor_data(self.map.bytes(), info)
+            .unwrap_or_default();
         TensorView { info, data }
     }
 

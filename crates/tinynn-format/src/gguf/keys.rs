@@ -193,10 +193,13 @@ impl Key {
 
     /// Recognizes a stored key string, given the file's architecture.
     pub fn parse(key: &str, arch: &str) -> Option<Key> {
-        Key::ALL.iter().copied().find(|k| match k.pattern().strip_prefix("{arch}") {
-            Some(rest) => key.strip_prefix(arch).is_some_and(|r| r == rest),
-            None => k.pattern() == key,
-        })
+        Key::ALL
+            .iter()
+            .copied()
+            .find(|k| match k.pattern().strip_prefix("{arch}") {
+                Some(rest) => key.strip_prefix(arch).is_some_and(|r| r == rest),
+                None => k.pattern() == key,
+            })
     }
 }
 

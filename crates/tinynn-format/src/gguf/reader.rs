@@ -76,20 +76,32 @@ impl Gguf {
         let mut c = Cursor::new(bytes);
         let magic: [u8; 4] = c.array(|| "header.magic".into())?;
         if magic != GGUF_MAGIC {
-            return Err(GgufError::new(0, "header.magic", GgufErrorKind::BadMagic { found: magic }));
+            return Err(GgufError::new(
+                0,
+                "header.magic",
+                GgufErrorKind::BadMagic { found: magic },
+            ));
         }
         let version = c.u32(|| "header.version".into())?;
         match version {
             2 | 3 => {}
             v if (1..=3).contains(&v.swap_bytes()) => {
-                return Err(GgufError::new(4, "header.version", GgufErrorKind::BigEndian));
+                return Err(GgufError::new(
+                    4,
+                    "header.version",
+                    GgufErrorKind::BigEndian,
+                ));
             }
             v => {
-                return Err(GgufError::new(4, "header.version", GgufErrorKind::UnsupportedVersion(v)));
+                return Err(GgufError::new(
+                    4,
+                    "header.version",
+                    GgufErrorKind::UnsupportedVersion(v),
+                ));
             }
         }
-        let n_tensors = c.count(MIN_TENSOR_INFO_BYTES, &|| "header.n_tensors".into())?;
-        let n_kv = c.count(MIN_KV_BYTES, &|| "header.n_kv".into())?;
+        let n_tensors = c.count(MIN_TENSOR_INFO_BYTES, || "header.n_tensors".into())?;
+        let n_kv = c.count(MIN_KV_BYTES, || "header.n_kv".into())?;
 
         let metadata = read_metadata(&mut c, n_kv)?;
         let mut key_index = HashMap::with_capacity(metadata.len());
@@ -98,7 +110,7 @@ impl Gguf {
         }
         let alignment = read_alignment(&metadata, &key_index)?;
 
-        let tensors = read_tensor_infos(&mut c, n_tensors)?;
+        let (tensors, offset_fields) = read_tensor_infos(&mut c, n_tensors)?;
         let tensor_index: HashMap<String, usize> = tensors
             .iter()
             .enumerate()
@@ -122,7 +134,7 @@ impl Gguf {
                 },
             ));
         };
-        check_tensor_ranges(&tensors, alignment, data_offset, data_len)?;
+        check_tensor_ranges(&tensors, &offset_fields, alignment, data_len)?;
 
         Ok(Gguf {
             version,
@@ -170,7 +182,9 @@ impl Gguf {
             (true, None) => return None,
             (false, _) => key.resolve(""),
         };
-        self.key_index.get(name.as_ref()).map(|&i| &self.metadata[i])
+        self.key_index
+            .get(name.as_ref())
+            .map(|&i| &self.metadata[i])
     }
 
     /// A well-known metadata value; architecture-scoped keys use `general.architecture`.
@@ -269,16 +283,28 @@ fn read_metadata(c: &mut Cursor<'_>, n_kv: u64) -> Result<Vec<KeyValue>, GgufErr
         let key = std::str::from_utf8(raw)
             .map_err(|_| GgufError::new(key_at, key_field(), GgufErrorKind::InvalidUtf8))?;
         if key.is_empty() {
-            return Err(GgufError::new(key_at, key_field(), GgufErrorKind::EmptyName));
+            return Err(GgufError::new(
+                key_at,
+                key_field(),
+                GgufErrorKind::EmptyName,
+            ));
         }
         if !seen.insert(key) {
-            return Err(GgufError::new(key_at, format!("kv[{i}] '{key}'"), GgufErrorKind::DuplicateKey));
+            return Err(GgufError::new(
+                key_at,
+                format!("kv[{i}] '{key}'"),
+                GgufErrorKind::DuplicateKey,
+            ));
         }
         let field = || format!("kv[{i}] '{key}'");
         let type_at = c.pos();
         let type_id = c.u32(|| format!("{} type", field()))?;
         let ty = ValueType::from_id(type_id).ok_or_else(|| {
-            GgufError::new(type_at, format!("{} type", field()), GgufErrorKind::UnknownValueType(type_id))
+            GgufError::new(
+                type_at,
+                format!("{} type", field()),
+                GgufErrorKind::UnknownValueType(type_id),
+            )
         })?;
         let value_offset = c.pos();
         let value = read_value(c, ty, &field, 0)?;
@@ -291,7 +317,12 @@ fn read_metadata(c: &mut Cursor<'_>, n_kv: u64) -> Result<Vec<KeyValue>, GgufErr
     Ok(out)
 }
 
-fn read_value(c: &mut Cursor<'_>, ty: ValueType, field: FieldFn<'_>, depth: usize) -> Result<Value, GgufError> {
+fn read_value(
+    c: &mut Cursor<'_>,
+    ty: ValueType,
+    field: FieldFn<'_>,
+    depth: usize,
+) -> Result<Value, GgufError> {
     let at = c.pos();
     Ok(match ty {
         ValueType::U8 => Value::U8(u8::from_le_bytes(c.array(field)?)),
@@ -336,14 +367,24 @@ fn le_vec<T, const N: usize>(bytes: &[u8], decode: fn([u8; N]) -> T) -> Vec<T> {
 fn read_array(c: &mut Cursor<'_>, field: FieldFn<'_>, depth: usize) -> Result<Array, GgufError> {
     let at = c.pos();
     if depth >= MAX_ARRAY_DEPTH {
-        return Err(GgufError::new(at, field(), GgufErrorKind::NestingTooDeep { max: MAX_ARRAY_DEPTH }));
+        return Err(GgufError::new(
+            at,
+            field(),
+            GgufErrorKind::NestingTooDeep {
+                max: MAX_ARRAY_DEPTH,
+            },
+        ));
     }
     let type_id = c.u32(|| format!("{} element type", field()))?;
     let ty = ValueType::from_id(type_id).ok_or_else(|| {
-        GgufError::new(at, format!("{} element type", field()), GgufErrorKind::UnknownValueType(type_id))
+        GgufError::new(
+            at,
+            format!("{} element type", field()),
+            GgufErrorKind::UnknownValueType(type_id),
+        )
     })?;
     let count_field = || format!("{} length", field());
-    let n = c.count(ty.min_bytes(), &count_field)?;
+    let n = c.count(ty.min_bytes(), count_field)?;
     // For fixed-size elements `n * size` was just checked against the bytes left.
     let mut fixed = |size: u64| c.take(n * size, field);
     Ok(match ty {
@@ -362,8 +403,9 @@ fn read_array(c: &mut Cursor<'_>, field: FieldFn<'_>, depth: usize) -> Result<Ar
             let bytes = c.take(n, field)?;
             let mut out = Vec::with_capacity(bytes.len());
             for (j, &b) in bytes.iter().enumerate() {
-                let v = parse_bool(b)
-                    .map_err(|k| GgufError::new(start + j as u64, format!("{}[{j}]", field()), k))?;
+                let v = parse_bool(b).map_err(|k| {
+                    GgufError::new(start + j as u64, format!("{}[{j}]", field()), k)
+                })?;
                 out.push(v);
             }
             Array::Bool(out)
@@ -404,14 +446,23 @@ fn read_alignment(metadata: &[KeyValue], index: &HashMap<String, usize>) -> Resu
     };
     let a = u64::from(a);
     if a == 0 || !a.is_power_of_two() || a > MAX_ALIGNMENT {
-        return Err(GgufError::new(kv.value_offset, kv.key.clone(), GgufErrorKind::BadAlignment(a)));
+        return Err(GgufError::new(
+            kv.value_offset,
+            kv.key.clone(),
+            GgufErrorKind::BadAlignment(a),
+        ));
     }
     Ok(a)
 }
 
-fn read_tensor_infos(c: &mut Cursor<'_>, n_tensors: u64) -> Result<Vec<TensorInfo>, GgufError> {
+/// The tensor infos, and for each the file position of its `offset` field (for error reports).
+fn read_tensor_infos(
+    c: &mut Cursor<'_>,
+    n_tensors: u64,
+) -> Result<(Vec<TensorInfo>, Vec<u64>), GgufError> {
     // n_tensors was checked against the bytes left, so this capacity is bounded by the file size.
     let mut out: Vec<TensorInfo> = Vec::with_capacity(n_tensors as usize);
+    let mut offset_fields = Vec::with_capacity(n_tensors as usize);
     let mut seen = HashSet::with_capacity(n_tensors as usize);
     for i in 0..n_tensors {
         let name_at = c.pos();
@@ -421,24 +472,43 @@ fn read_tensor_infos(c: &mut Cursor<'_>, n_tensors: u64) -> Result<Vec<TensorInf
             .map_err(|_| GgufError::new(name_at, name_field(), GgufErrorKind::InvalidUtf8))?;
         let len = raw.len() as u64;
         if len > MAX_NAME_LEN {
-            let kind = GgufErrorKind::NameTooLong { len, max: MAX_NAME_LEN };
+            let kind = GgufErrorKind::NameTooLong {
+                len,
+                max: MAX_NAME_LEN,
+            };
             return Err(GgufError::new(name_at, name_field(), kind));
         }
         if name.is_empty() {
-            return Err(GgufError::new(name_at, name_field(), GgufErrorKind::EmptyName));
+            return Err(GgufError::new(
+                name_at,
+                name_field(),
+                GgufErrorKind::EmptyName,
+            ));
         }
         if !seen.insert(name) {
-            return Err(GgufError::new(name_at, format!("tensor[{i}] '{name}'"), GgufErrorKind::DuplicateTensor));
+            return Err(GgufError::new(
+                name_at,
+                format!("tensor[{i}] '{name}'"),
+                GgufErrorKind::DuplicateTensor,
+            ));
         }
         let field = |what: &str| format!("tensor[{i}] '{name}' {what}");
 
         let n_dims_at = c.pos();
         let n_dims = c.u32(|| field("n_dims"))?;
         if n_dims as usize > MAX_DIMS {
-            return Err(GgufError::new(n_dims_at, field("n_dims"), GgufErrorKind::TooManyDims(n_dims)));
+            return Err(GgufError::new(
+                n_dims_at,
+                field("n_dims"),
+                GgufErrorKind::TooManyDims(n_dims),
+            ));
         }
         if n_dims == 0 {
-            return Err(GgufError::new(n_dims_at, field("n_dims"), GgufErrorKind::NoDims(n_dims)));
+            return Err(GgufError::new(
+                n_dims_at,
+                field("n_dims"),
+                GgufErrorKind::NoDims(n_dims),
+            ));
         }
         let mut dims = Vec::with_capacity(n_dims as usize);
         let mut n_elements: u64 = 1;
@@ -450,12 +520,20 @@ fn read_tensor_infos(c: &mut Cursor<'_>, n_tensors: u64) -> Result<Vec<TensorInf
                 return Err(GgufError::new(at, field(&format!("dims[{d}]")), kind));
             }
             n_elements = n_elements.checked_mul(v).ok_or_else(|| {
-                GgufError::new(at, field(&format!("dims[{d}]")), GgufErrorKind::SizeOverflow)
+                GgufError::new(
+                    at,
+                    field(&format!("dims[{d}]")),
+                    GgufErrorKind::SizeOverflow,
+                )
             })?;
             dims.push(v);
         }
         if n_elements > i64::MAX as u64 {
-            return Err(GgufError::new(n_dims_at, field("dims"), GgufErrorKind::SizeOverflow));
+            return Err(GgufError::new(
+                n_dims_at,
+                field("dims"),
+                GgufErrorKind::SizeOverflow,
+            ));
         }
 
         let type_at = c.pos();
@@ -467,7 +545,11 @@ fn read_tensor_infos(c: &mut Cursor<'_>, n_tensors: u64) -> Result<Vec<TensorInf
                 return Err(GgufError::new(type_at, field("type"), kind));
             }
             TypeId::Unknown(id) => {
-                return Err(GgufError::new(type_at, field("type"), GgufErrorKind::UnknownTensorType(id)));
+                return Err(GgufError::new(
+                    type_at,
+                    field("type"),
+                    GgufErrorKind::UnknownTensorType(id),
+                ));
             }
         };
         let layout = ggml_type.layout();
@@ -483,6 +565,7 @@ fn read_tensor_infos(c: &mut Cursor<'_>, n_tensors: u64) -> Result<Vec<TensorInf
             .bytes_for(dims[0], n_elements)
             .ok_or_else(|| GgufError::new(type_at, field("size"), GgufErrorKind::SizeOverflow))?;
 
+        offset_fields.push(c.pos());
         let offset = c.u64(|| field("offset"))?;
         out.push(TensorInfo {
             name: name.to_string(),
@@ -493,45 +576,49 @@ fn read_tensor_infos(c: &mut Cursor<'_>, n_tensors: u64) -> Result<Vec<TensorInf
             n_bytes,
         });
     }
-    Ok(out)
+    Ok((out, offset_fields))
 }
 
 /// Every tensor aligned, inside the data section, and not overlapping another.
 fn check_tensor_ranges(
     tensors: &[TensorInfo],
+    offset_fields: &[u64],
     alignment: u64,
-    data_offset: u64,
     data_len: u64,
 ) -> Result<(), GgufError> {
     let field = |t: &TensorInfo| format!("tensor '{}' offset", t.name);
-    for t in tensors {
+    for (t, &at) in tensors.iter().zip(offset_fields) {
         if t.offset % alignment != 0 {
             let kind = GgufErrorKind::MisalignedOffset {
                 offset: t.offset,
                 alignment,
             };
-            return Err(GgufError::new(data_offset.saturating_add(t.offset), field(t), kind));
+            return Err(GgufError::new(at, field(t), kind));
         }
-        let fits = t.offset.checked_add(t.n_bytes).is_some_and(|end| end <= data_len);
+        let fits = t
+            .offset
+            .checked_add(t.n_bytes)
+            .is_some_and(|end| end <= data_len);
         if !fits {
             let kind = GgufErrorKind::TensorOutOfBounds {
                 start: t.offset,
                 len: t.n_bytes,
                 data_len,
             };
-            return Err(GgufError::new(data_offset.saturating_add(t.offset), field(t), kind));
+            return Err(GgufError::new(at, field(t), kind));
         }
     }
-    let mut order: Vec<&TensorInfo> = tensors.iter().collect();
-    order.sort_by_key(|t| t.offset);
+    let mut order: Vec<(&TensorInfo, u64)> =
+        tensors.iter().zip(offset_fields.iter().copied()).collect();
+    order.sort_by_key(|(t, _)| t.offset);
     for pair in order.windows(2) {
-        let (a, b) = (pair[0], pair[1]);
+        let ((a, _), (b, b_at)) = (pair[0], pair[1]);
         // Both ranges were checked to fit in data_len, so this add cannot overflow.
         if a.offset + a.n_bytes > b.offset {
             let kind = GgufErrorKind::TensorsOverlap {
                 other: a.name.clone(),
             };
-            return Err(GgufError::new(data_offset + b.offset, field(b), kind));
+            return Err(GgufError::new(b_at, field(b), kind));
         }
     }
     Ok(())

@@ -51,9 +51,9 @@ impl<'a> GgufWriter<'a> {
             w.set(&kv.key, kv.value.clone());
         }
         for t in gguf.tensors() {
-            let data = gguf
-                .tensor_data(file_bytes, t)
-                .ok_or_else(|| Error::Write(format!("tensor '{}' lies outside the given bytes", t.name)))?;
+            let data = gguf.tensor_data(file_bytes, t).ok_or_else(|| {
+                Error::Write(format!("tensor '{}' lies outside the given bytes", t.name))
+            })?;
             w.add_tensor(&t.name, t.ggml_type, &t.dims, data)?;
         }
         Ok(w)
@@ -75,7 +75,12 @@ impl<'a> GgufWriter<'a> {
                 .iter()
                 .find(|(k, _)| k == Key::GeneralArchitecture.pattern())
                 .and_then(|(_, v)| v.as_str())
-                .ok_or_else(|| Error::Write(format!("{} needs general.architecture to be set first", key.pattern())))?;
+                .ok_or_else(|| {
+                    Error::Write(format!(
+                        "{} needs general.architecture to be set first",
+                        key.pattern()
+                    ))
+                })?;
             key.resolve(arch).into_owned()
         } else {
             key.pattern().to_string()
@@ -90,23 +95,40 @@ impl<'a> GgufWriter<'a> {
 
     /// Adds a tensor; `dims` in ggml order (`dims[0]` is the row length). `data` must be exactly the
     /// tensor's size for its type.
-    pub fn add_tensor(&mut self, name: &str, ggml_type: GgmlType, dims: &[u64], data: &'a [u8]) -> Result<()> {
+    pub fn add_tensor(
+        &mut self,
+        name: &str,
+        ggml_type: GgmlType,
+        dims: &[u64],
+        data: &'a [u8],
+    ) -> Result<()> {
         let bad = |msg: String| Error::Write(format!("tensor '{name}': {msg}"));
         if name.is_empty() || name.len() as u64 > MAX_NAME_LEN {
             return Err(bad(format!("name must be 1 to {MAX_NAME_LEN} bytes")));
         }
-        if dims.is_empty() || dims.len() > MAX_DIMS || dims.iter().any(|&d| d == 0 || d > i64::MAX as u64) {
-            return Err(bad(format!("dims {dims:?} must be 1 to {MAX_DIMS} values, each at least 1")));
+        if dims.is_empty()
+            || dims.len() > MAX_DIMS
+            || dims.iter().any(|&d| d == 0 || d > i64::MAX as u64)
+        {
+            return Err(bad(format!(
+                "dims {dims:?} must be 1 to {MAX_DIMS} values, each at least 1"
+            )));
         }
         let n_elements = dims
             .iter()
             .try_fold(1u64, |acc, &d| acc.checked_mul(d))
             .ok_or_else(|| bad("element count overflows".into()))?;
-        let n_bytes = ggml_type
-            .bytes_for(dims[0], n_elements)
-            .ok_or_else(|| bad(format!("row length {} is not a whole number of {ggml_type} blocks", dims[0])))?;
+        let n_bytes = ggml_type.bytes_for(dims[0], n_elements).ok_or_else(|| {
+            bad(format!(
+                "row length {} is not a whole number of {ggml_type} blocks",
+                dims[0]
+            ))
+        })?;
         if data.len() as u64 != n_bytes {
-            return Err(bad(format!("{} bytes of data given, {ggml_type} {dims:?} needs {n_bytes}", data.len())));
+            return Err(bad(format!(
+                "{} bytes of data given, {ggml_type} {dims:?} needs {n_bytes}",
+                data.len()
+            )));
         }
         if !self.names.insert(name.to_string()) {
             return Err(bad("added twice".into()));
@@ -121,9 +143,15 @@ impl<'a> GgufWriter<'a> {
     }
 
     fn alignment(&self) -> Result<u64> {
-        match self.metadata.iter().find(|(k, _)| k == Key::GeneralAlignment.pattern()) {
+        match self
+            .metadata
+            .iter()
+            .find(|(k, _)| k == Key::GeneralAlignment.pattern())
+        {
             None => Ok(DEFAULT_ALIGNMENT),
-            Some((_, Value::U32(a))) if a.is_power_of_two() && u64::from(*a) <= MAX_ALIGNMENT => Ok(u64::from(*a)),
+            Some((_, Value::U32(a))) if a.is_power_of_two() && u64::from(*a) <= MAX_ALIGNMENT => {
+                Ok(u64::from(*a))
+            }
             Some((_, v)) => Err(Error::Write(format!(
                 "general.alignment must be a u32 power of two up to {MAX_ALIGNMENT}, got {v}"
             ))),
@@ -133,16 +161,22 @@ impl<'a> GgufWriter<'a> {
     /// Writes the whole file to `out`. Returns the number of bytes written.
     pub fn write_to(&self, out: &mut impl Write) -> Result<u64> {
         let alignment = self.alignment()?;
-        let mut w = CountingWriter { inner: out, written: 0 };
+        let mut w = CountingWriter {
+            inner: out,
+            written: 0,
+        };
         let io = |e: io::Error| Error::Write(e.to_string());
 
         w.put(b"GGUF").map_err(io)?;
         w.put(&3u32.to_le_bytes()).map_err(io)?;
-        w.put(&(self.tensors.len() as u64).to_le_bytes()).map_err(io)?;
-        w.put(&(self.metadata.len() as u64).to_le_bytes()).map_err(io)?;
+        w.put(&(self.tensors.len() as u64).to_le_bytes())
+            .map_err(io)?;
+        w.put(&(self.metadata.len() as u64).to_le_bytes())
+            .map_err(io)?;
         for (key, value) in &self.metadata {
             put_string(&mut w, key.as_bytes()).map_err(io)?;
-            w.put(&(value.value_type() as u32).to_le_bytes()).map_err(io)?;
+            w.put(&(value.value_type() as u32).to_le_bytes())
+                .map_err(io)?;
             put_value(&mut w, value).map_err(io)?;
         }
         let mut offset = 0u64;
@@ -173,12 +207,18 @@ impl<'a> GgufWriter<'a> {
         let file_name = path
             .file_name()
             .ok_or_else(|| Error::invalid(path, "output path has no file name"))?;
-        let tmp = dir.join(format!(".{}.tmp-{}", file_name.to_string_lossy(), std::process::id()));
+        let tmp = dir.join(format!(
+            ".{}.tmp-{}",
+            file_name.to_string_lossy(),
+            std::process::id()
+        ));
         let result = (|| {
             let file = File::create(&tmp).map_err(|e| Error::io(&tmp, e))?;
             let mut buf = BufWriter::with_capacity(1 << 20, file);
             let n = self.write_to(&mut buf)?;
-            let file = buf.into_inner().map_err(|e| Error::io(&tmp, e.into_error()))?;
+            let file = buf
+                .into_inner()
+                .map_err(|e| Error::io(&tmp, e.into_error()))?;
             file.sync_all().map_err(|e| Error::io(&tmp, e))?;
             fs::rename(&tmp, path).map_err(|e| Error::io(path, e))?;
             if let Ok(d) = File::open(&dir) {

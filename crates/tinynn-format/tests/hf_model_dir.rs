@@ -1,0 +1,329 @@
+//! safetensors files, config.json and whole Hugging Face model directories.
+
+use std::path::Path;
+
+use serde_json::json;
+use tinynn_format::hf_config::HfConfig;
+use tinynn_format::model_config::{Architecture, ModelConfig, RopeScaling};
+use tinynn_format::model_dir::HfModelDir;
+use tinynn_format::safetensors::{Dtype, SafetensorsFile, SafetensorsHeader};
+use tinynn_format::Error;
+
+/// A safetensors file: (name, dtype, shape, byte value) per tensor, element sizes from the dtype.
+fn safetensors_bytes(tensors: &[(&str, &str, &[usize], u8)]) -> Vec<u8> {
+    let mut header = serde_json::Map::new();
+    let mut data = Vec::new();
+    for &(name, dtype, shape, fill) in tensors {
+        let elem = match dtype {
+            "F32" | "I32" => 4,
+            "F16" | "BF16" => 2,
+            _ => 8,
+        };
+        let n = shape.iter().product::<usize>() * elem;
+        header.insert(
+            name.into(),
+            json!({"dtype": dtype, "shape": shape, "data_offsets": [data.len(), data.len() + n]}),
+        );
+        data.resize(data.len() + n, fill);
+    }
+    header.insert("__metadata__".into(), json!({"format": "pt"}));
+    let h = serde_json::to_vec(&header).unwrap();
+    let mut out = (h.len() as u64).to_le_bytes().to_vec();
+    out.extend_from_slice(&h);
+    out.extend_from_slice(&data);
+    out
+}
+
+fn llama_config() -> serde_json::Value {
+    json!({
+        "architectures": ["LlamaForCausalLM"],
+        "model_type": "llama",
+        "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
+        "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 256,
+        "rms_norm_eps": 1e-6, "rope_theta": 500000.0, "vocab_size": 100,
+        "rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                         "high_freq_factor": 4.0, "original_max_position_embeddings": 8192},
+        "tie_word_embeddings": false, "torch_dtype": "bfloat16", "eos_token_id": [1, 2]
+    })
+}
+
+fn write(dir: &Path, name: &str, bytes: &[u8]) {
+    std::fs::write(dir.join(name), bytes).unwrap();
+}
+
+#[test]
+fn safetensors_tensors_are_zero_copy_views() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("m.safetensors");
+    write(
+        dir.path(),
+        "m.safetensors",
+        &safetensors_bytes(&[("a", "F32", &[2, 3], 7), ("b", "BF16", &[5], 9)]),
+    );
+    let f = SafetensorsFile::open(&path).unwrap();
+    assert_eq!(f.tensors().len(), 2);
+    let a = f.tensor("a").unwrap();
+    assert_eq!(
+        (a.dtype, a.shape.as_slice(), a.n_elements()),
+        (Dtype::F32, &[2usize, 3][..], 6)
+    );
+    assert_eq!(f.tensor_data(a), &[7u8; 24][..]);
+    assert_eq!(f.tensor_data(f.tensor("b").unwrap()), &[9u8; 10][..]);
+    assert_eq!(
+        f.header().metadata.get("format").map(String::as_str),
+        Some("pt")
+    );
+}
+
+#[test]
+fn bad_safetensors_are_errors_naming_the_file() {
+    let good = safetensors_bytes(&[("a", "F32", &[4], 1)]);
+    let mut cases: Vec<(&str, Vec<u8>)> = vec![
+        ("empty", vec![]),
+        ("short_len", vec![1, 2, 3]),
+        ("huge_header", u64::MAX.to_le_bytes().to_vec()),
+        ("truncated", good[..good.len() - 1].to_vec()),
+        ("trailing", [good.clone(), vec![0]].concat()),
+        (
+            "not_json",
+            [8u64.to_le_bytes().to_vec(), b"not json".to_vec()].concat(),
+        ),
+    ];
+    let overflow =
+        br#"{"a":{"dtype":"F32","shape":[4611686018427387904,8],"data_offsets":[0,16]}}"#;
+    cases.push((
+        "shape_overflow",
+        [
+            (overflow.len() as u64).to_le_bytes().to_vec(),
+            overflow.to_vec(),
+            vec![0; 16],
+        ]
+        .concat(),
+    ));
+    let dir = tempfile::tempdir().unwrap();
+    for (name, bytes) in cases {
+        assert!(SafetensorsHeader::parse(&bytes).is_err(), "{name} parsed");
+        let path = dir.path().join(format!("{name}.safetensors"));
+        std::fs::write(&path, &bytes).unwrap();
+        let err = SafetensorsFile::open(&path).err().unwrap().to_string();
+        assert!(err.contains(&format!("{name}.safetensors")), "{err}");
+    }
+}
+
+#[test]
+fn config_json_becomes_a_typed_config() {
+    let c: HfConfig = serde_json::from_value(llama_config()).unwrap();
+    let m = ModelConfig::from_hf(&c).unwrap();
+    assert_eq!(m.architecture, Architecture::Llama);
+    assert_eq!(
+        (m.n_embd, m.n_layer, m.n_head, m.n_head_kv, m.head_dim),
+        (64, 2, 4, 2, 16)
+    );
+    assert_eq!(
+        (m.n_ff, m.n_vocab, m.n_ctx_train),
+        (Some(128), Some(100), Some(256))
+    );
+    assert_eq!(
+        (m.rope_freq_base, m.rope_dims, m.norm_eps),
+        (Some(500000.0), Some(16), Some(1e-6))
+    );
+    assert_eq!(m.tie_word_embeddings, Some(false));
+    assert!(
+        matches!(m.rope_scaling, RopeScaling::Llama3 { factor, original_context: Some(8192), .. } if factor == 8.0)
+    );
+    assert_eq!(c.weight_dtype(), Some("bfloat16"));
+}
+
+#[test]
+fn other_families_parse() {
+    let qwen2 = json!({"model_type": "qwen2", "hidden_size": 896, "num_hidden_layers": 24,
+        "num_attention_heads": 14, "num_key_value_heads": 2, "intermediate_size": 4864,
+        "rope_theta": 1000000.0, "sliding_window": null, "tie_word_embeddings": true,
+        "rope_scaling": {"type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768}});
+    let m = ModelConfig::from_hf(&serde_json::from_value(qwen2).unwrap()).unwrap();
+    assert_eq!(
+        (m.architecture, m.head_dim, m.n_head_kv),
+        (Architecture::Qwen2, 64, 2)
+    );
+    assert!(matches!(m.rope_scaling, RopeScaling::Yarn { factor, .. } if factor == 4.0));
+
+    let gemma = json!({"model_type": "gemma2", "hidden_size": 2304, "num_hidden_layers": 26,
+        "num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 256,
+        "final_logit_softcapping": 30.0, "attn_logit_softcapping": 50.0, "query_pre_attn_scalar": 256});
+    let m = ModelConfig::from_hf(&serde_json::from_value(gemma).unwrap()).unwrap();
+    assert_eq!((m.architecture, m.head_dim), (Architecture::Gemma2, 256));
+
+    let gpt2 = json!({"model_type": "gpt2", "n_embd": 768, "n_layer": 12, "n_head": 12,
+        "n_positions": 1024, "layer_norm_epsilon": 1e-5, "vocab_size": 50257});
+    let m = ModelConfig::from_hf(&serde_json::from_value(gpt2).unwrap()).unwrap();
+    assert_eq!(
+        (m.architecture, m.n_embd, m.n_ff, m.n_ctx_train),
+        (Architecture::Gpt2, 768, Some(3072), Some(1024))
+    );
+    assert_eq!(
+        (m.rope_freq_base, m.tie_word_embeddings),
+        (None, Some(true))
+    );
+
+    let mistral = json!({"model_type": "mistral", "hidden_size": 4096, "num_hidden_layers": 32,
+        "num_attention_heads": 32, "num_key_value_heads": 8, "sliding_window": 4096});
+    let m = ModelConfig::from_hf(&serde_json::from_value(mistral).unwrap()).unwrap();
+    assert_eq!(
+        (m.architecture, m.head_dim, m.rope_freq_base),
+        (Architecture::Mistral, 128, Some(10000.0))
+    );
+}
+
+#[test]
+fn inconsistent_configs_are_errors() {
+    for (patch, needle) in [
+        (json!({"num_attention_heads": 0}), "head count"),
+        (json!({"num_key_value_heads": 3}), "must divide"),
+        (json!({"hidden_size": 66}), "not a multiple"),
+        (json!({"model_type": null}), "model_type"),
+    ] {
+        let mut c = llama_config();
+        for (k, v) in patch.as_object().unwrap() {
+            c[k] = v.clone();
+        }
+        let c: HfConfig = serde_json::from_value(c).unwrap();
+        let err = ModelConfig::from_hf(&c).unwrap_err().to_string();
+        assert!(err.contains(needle), "{err}");
+    }
+}
+
+#[test]
+fn model_dir_single_file() {
+    let dir = tempfile::tempdir().unwrap();
+    write(
+        dir.path(),
+        "config.json",
+        llama_config().to_string().as_bytes(),
+    );
+    write(
+        dir.path(),
+        "model.safetensors",
+        &safetensors_bytes(&[("x", "BF16", &[4, 4], 1), ("y", "F32", &[4], 2)]),
+    );
+    write(dir.path(), "tokenizer.json", b"{}");
+    let m = HfModelDir::open(dir.path()).unwrap();
+    assert!(HfModelDir::is_model_dir(dir.path()));
+    assert_eq!(m.n_tensors(), 2);
+    assert_eq!(
+        m.tokenizer_json.as_deref(),
+        Some(dir.path().join("tokenizer.json").as_path())
+    );
+    let (file, t) = m.tensor("y").unwrap();
+    assert_eq!(file.tensor_data(t), &[2u8; 16][..]);
+}
+
+#[test]
+fn model_dir_sharded_with_index() {
+    let dir = tempfile::tempdir().unwrap();
+    write(
+        dir.path(),
+        "config.json",
+        llama_config().to_string().as_bytes(),
+    );
+    write(
+        dir.path(),
+        "model-00001-of-00002.safetensors",
+        &safetensors_bytes(&[("a", "F16", &[8], 1)]),
+    );
+    write(
+        dir.path(),
+        "model-00002-of-00002.safetensors",
+        &safetensors_bytes(&[("b", "F16", &[8], 2)]),
+    );
+    let index = json!({"metadata": {"total_size": 32}, "weight_map": {
+        "a": "model-00001-of-00002.safetensors", "b": "model-00002-of-00002.safetensors"}});
+    write(
+        dir.path(),
+        "model.safetensors.index.json",
+        index.to_string().as_bytes(),
+    );
+    let m = HfModelDir::open(dir.path()).unwrap();
+    assert_eq!(
+        (m.shards.len(), m.n_tensors(), m.tokenizer_json.is_none()),
+        (2, 2, true)
+    );
+    assert_eq!(
+        m.tensor("b").unwrap().0.path().file_name().unwrap(),
+        "model-00002-of-00002.safetensors"
+    );
+
+    // The index must not point outside the directory, and must agree with the shards.
+    for (weight_map, needle) in [
+        (
+            json!({"a": "../model-00001-of-00002.safetensors"}),
+            "not a plain file name",
+        ),
+        (
+            json!({"a": "model-00002-of-00002.safetensors", "b": "model-00001-of-00002.safetensors"}),
+            "but found in",
+        ),
+        (
+            json!({"zzz": "model-00001-of-00002.safetensors"}),
+            "not found there",
+        ),
+        (json!({"a": "missing.safetensors"}), "missing.safetensors"),
+    ] {
+        let index = json!({"weight_map": weight_map});
+        write(
+            dir.path(),
+            "model.safetensors.index.json",
+            index.to_string().as_bytes(),
+        );
+        let err = HfModelDir::open(dir.path()).err().unwrap().to_string();
+        assert!(err.contains(needle), "{err}");
+    }
+}
+
+#[test]
+fn model_dir_problems_are_clear() {
+    let dir = tempfile::tempdir().unwrap();
+    let err = HfModelDir::open(dir.path()).err().unwrap().to_string();
+    assert!(err.contains("config.json is missing"), "{err}");
+    write(
+        dir.path(),
+        "config.json",
+        llama_config().to_string().as_bytes(),
+    );
+    let err = HfModelDir::open(dir.path()).err().unwrap().to_string();
+    assert!(err.contains("no *.safetensors"), "{err}");
+    write(
+        dir.path(),
+        "config.json",
+        b"{\n  \"hidden_size\": \"big\"\n}",
+    );
+    match HfModelDir::open(dir.path()) {
+        Err(Error::Json {
+            line,
+            column,
+            message,
+            ..
+        }) => {
+            assert_eq!(line, 2, "{message}");
+            assert!(column > 0 && message.contains("invalid type"), "{message}");
+        }
+        Err(e) => panic!("unexpected error {e}"),
+        Ok(_) => panic!("a string hidden_size was accepted"),
+    }
+    write(
+        dir.path(),
+        "config.json",
+        llama_config().to_string().as_bytes(),
+    );
+    write(
+        dir.path(),
+        "a.safetensors",
+        &safetensors_bytes(&[("x", "F32", &[1], 0)]),
+    );
+    write(
+        dir.path(),
+        "b.safetensors",
+        &safetensors_bytes(&[("x", "F32", &[1], 0)]),
+    );
+    let err = HfModelDir::open(dir.path()).err().unwrap().to_string();
+    assert!(err.contains("more than one weight file"), "{err}");
+}

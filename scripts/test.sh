@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# The whole test suite, as CI runs it: formatting, lints, then every test in release mode.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+echo "== fetch the real model (skipped when cached)"
+scripts/fetch-models.sh >/dev/null
+
+echo "== cargo fmt --check"
+cargo fmt --all -- --check
+cargo fmt --manifest-path fuzz/Cargo.toml -- --check
+
+echo "== cargo clippy -D warnings"
+cargo clippy --workspace --all-targets -- -D warnings
+
+echo "== fuzz targets compile"
+cargo check --quiet --manifest-path fuzz/Cargo.toml --bins
+
+echo "== cargo test --release"
+cargo test --workspace --release
