@@ -129,21 +129,17 @@ impl GgufError {
     }
 }
 
-/// Errors of this crate's file-level API: every variant names the file.
+/// Errors of this crate's file-level API: every variant names the file. The cause is part of the
+/// message (not a separate `source()`), so printing an error chain never repeats it.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    #[error("{}: {source}", path.display())]
+    #[error("{}: {cause}", path.display())]
     Io {
         path: PathBuf,
-        #[source]
-        source: std::io::Error,
+        cause: std::io::Error,
     },
-    #[error("{}: invalid GGUF {source}", path.display())]
-    Gguf {
-        path: PathBuf,
-        #[source]
-        source: GgufError,
-    },
+    #[error("{}: invalid GGUF {cause}", path.display())]
+    Gguf { path: PathBuf, cause: GgufError },
     #[error("{}: invalid safetensors file: {message}", path.display())]
     Safetensors { path: PathBuf, message: String },
     #[error("{}: invalid JSON at line {line} column {column}: {message}", path.display())]
@@ -160,10 +156,10 @@ pub enum Error {
 }
 
 impl Error {
-    pub(crate) fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
+    pub(crate) fn io(path: impl Into<PathBuf>, cause: std::io::Error) -> Self {
         Error::Io {
             path: path.into(),
-            source,
+            cause,
         }
     }
 

@@ -4,8 +4,16 @@ use std::fmt::Write;
 
 use super::Report;
 
+/// Byte counts in the largest unit that keeps them ≥ 1: 512 B, 2.3 KiB, 92.1 MiB, 4.07 GiB.
 fn mib(bytes: u64) -> String {
-    format!("{:.1} MiB", bytes as f64 / (1024.0 * 1024.0))
+    const KIB: f64 = 1024.0;
+    let b = bytes as f64;
+    match bytes {
+        n if n < 1 << 10 => format!("{n} B"),
+        n if n < 1 << 20 => format!("{:.1} KiB", b / KIB),
+        n if n < 1 << 30 => format!("{:.1} MiB", b / (KIB * KIB)),
+        _ => format!("{:.2} GiB", b / (KIB * KIB * KIB)),
+    }
 }
 
 /// Parameter counts as people quote them: 134.5 M, 7.24 B.

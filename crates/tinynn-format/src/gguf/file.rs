@@ -44,9 +44,9 @@ impl GgufFile {
     pub fn open(path: impl AsRef<Path>) -> Result<GgufFile> {
         let path = path.as_ref().to_path_buf();
         let map = MappedFile::open(&path)?;
-        let gguf = Gguf::parse(map.bytes()).map_err(|source| Error::Gguf {
+        let gguf = Gguf::parse(map.bytes()).map_err(|cause| Error::Gguf {
             path: path.clone(),
-            source,
+            cause,
         })?;
         Ok(GgufFile { path, map, gguf })
     }
