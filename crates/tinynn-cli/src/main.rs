@@ -1,6 +1,5 @@
 //! `tnn`: the tinynn command line.
 
-mod default_model;
 mod inspect;
 
 use std::process::ExitCode;

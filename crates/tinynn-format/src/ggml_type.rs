@@ -5,44 +5,74 @@
 
 use std::fmt;
 
-/// A ggml tensor element type (the `type` field of a GGUF tensor info).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-#[repr(u32)]
-pub enum GgmlType {
-    F32 = 0,
-    F16 = 1,
-    Q4_0 = 2,
-    Q4_1 = 3,
-    Q5_0 = 6,
-    Q5_1 = 7,
-    Q8_0 = 8,
-    Q8_1 = 9,
-    Q2K = 10,
-    Q3K = 11,
-    Q4K = 12,
-    Q5K = 13,
-    Q6K = 14,
-    Q8K = 15,
-    Iq2Xxs = 16,
-    Iq2Xs = 17,
-    Iq3Xxs = 18,
-    Iq1S = 19,
-    Iq4Nl = 20,
-    Iq3S = 21,
-    Iq2S = 22,
-    Iq4Xs = 23,
-    I8 = 24,
-    I16 = 25,
-    I32 = 26,
-    I64 = 27,
-    F64 = 28,
-    Iq1M = 29,
-    Bf16 = 30,
-    Tq1_0 = 34,
-    Tq2_0 = 35,
-    Mxfp4 = 39,
-    Nvfp4 = 40,
-    Q1_0 = 41,
+/// Declares `GgmlType` and its tables from one row per type:
+/// variant = type id, ggml name, elements per block, bytes per block.
+macro_rules! ggml_types {
+    ($($variant:ident = $id:literal, $name:literal, $block_elems:literal, $block_bytes:literal;)*) => {
+        /// A ggml tensor element type (the `type` field of a GGUF tensor info).
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        #[repr(u32)]
+        pub enum GgmlType {
+            $($variant = $id,)*
+        }
+
+        impl GgmlType {
+            /// Every type, in id order.
+            pub const ALL: &'static [GgmlType] = &[$(GgmlType::$variant,)*];
+
+            /// The name ggml prints for this type (`Q4_K`, `IQ2_XXS`, `BF16`, ...).
+            pub fn name(self) -> &'static str {
+                match self {
+                    $(GgmlType::$variant => $name,)*
+                }
+            }
+
+            /// Elements per block and bytes per block, as ggml's type traits define them.
+            pub fn layout(self) -> BlockLayout {
+                let (block_elems, block_bytes) = match self {
+                    $(GgmlType::$variant => ($block_elems, $block_bytes),)*
+                };
+                BlockLayout { block_elems, block_bytes }
+            }
+        }
+    };
+}
+
+ggml_types! {
+    F32 = 0, "F32", 1, 4;
+    F16 = 1, "F16", 1, 2;
+    Q4_0 = 2, "Q4_0", 32, 18;
+    Q4_1 = 3, "Q4_1", 32, 20;
+    Q5_0 = 6, "Q5_0", 32, 22;
+    Q5_1 = 7, "Q5_1", 32, 24;
+    Q8_0 = 8, "Q8_0", 32, 34;
+    Q8_1 = 9, "Q8_1", 32, 36;
+    Q2K = 10, "Q2_K", 256, 84;
+    Q3K = 11, "Q3_K", 256, 110;
+    Q4K = 12, "Q4_K", 256, 144;
+    Q5K = 13, "Q5_K", 256, 176;
+    Q6K = 14, "Q6_K", 256, 210;
+    Q8K = 15, "Q8_K", 256, 292;
+    Iq2Xxs = 16, "IQ2_XXS", 256, 66;
+    Iq2Xs = 17, "IQ2_XS", 256, 74;
+    Iq3Xxs = 18, "IQ3_XXS", 256, 98;
+    Iq1S = 19, "IQ1_S", 256, 50;
+    Iq4Nl = 20, "IQ4_NL", 32, 18;
+    Iq3S = 21, "IQ3_S", 256, 110;
+    Iq2S = 22, "IQ2_S", 256, 82;
+    Iq4Xs = 23, "IQ4_XS", 256, 136;
+    I8 = 24, "I8", 1, 1;
+    I16 = 25, "I16", 1, 2;
+    I32 = 26, "I32", 1, 4;
+    I64 = 27, "I64", 1, 8;
+    F64 = 28, "F64", 1, 8;
+    Iq1M = 29, "IQ1_M", 256, 56;
+    Bf16 = 30, "BF16", 1, 2;
+    Tq1_0 = 34, "TQ1_0", 256, 54;
+    Tq2_0 = 35, "TQ2_0", 256, 66;
+    Mxfp4 = 39, "MXFP4", 32, 17;
+    Nvfp4 = 40, "NVFP4", 64, 36;
+    Q1_0 = 41, "Q1_0", 128, 18;
 }
 
 /// How a type stores its elements: `block_elems` elements share one `block_bytes`-byte block.
@@ -62,44 +92,6 @@ pub enum TypeId {
 }
 
 impl GgmlType {
-    /// Every type, in id order.
-    pub const ALL: [GgmlType; 34] = [
-        GgmlType::F32,
-        GgmlType::F16,
-        GgmlType::Q4_0,
-        GgmlType::Q4_1,
-        GgmlType::Q5_0,
-        GgmlType::Q5_1,
-        GgmlType::Q8_0,
-        GgmlType::Q8_1,
-        GgmlType::Q2K,
-        GgmlType::Q3K,
-        GgmlType::Q4K,
-        GgmlType::Q5K,
-        GgmlType::Q6K,
-        GgmlType::Q8K,
-        GgmlType::Iq2Xxs,
-        GgmlType::Iq2Xs,
-        GgmlType::Iq3Xxs,
-        GgmlType::Iq1S,
-        GgmlType::Iq4Nl,
-        GgmlType::Iq3S,
-        GgmlType::Iq2S,
-        GgmlType::Iq4Xs,
-        GgmlType::I8,
-        GgmlType::I16,
-        GgmlType::I32,
-        GgmlType::I64,
-        GgmlType::F64,
-        GgmlType::Iq1M,
-        GgmlType::Bf16,
-        GgmlType::Tq1_0,
-        GgmlType::Tq2_0,
-        GgmlType::Mxfp4,
-        GgmlType::Nvfp4,
-        GgmlType::Q1_0,
-    ];
-
     /// Interprets a type id read from a file.
     pub fn from_id(id: u32) -> TypeId {
         if let Some(t) = GgmlType::ALL.iter().find(|t| t.id() == id) {
@@ -122,94 +114,12 @@ impl GgmlType {
         self as u32
     }
 
-    /// The name ggml prints for this type (`Q4_K`, `IQ2_XXS`, `BF16`, ...).
-    pub fn name(self) -> &'static str {
-        use GgmlType::*;
-        match self {
-            F32 => "F32",
-            F16 => "F16",
-            Q4_0 => "Q4_0",
-            Q4_1 => "Q4_1",
-            Q5_0 => "Q5_0",
-            Q5_1 => "Q5_1",
-            Q8_0 => "Q8_0",
-            Q8_1 => "Q8_1",
-            Q2K => "Q2_K",
-            Q3K => "Q3_K",
-            Q4K => "Q4_K",
-            Q5K => "Q5_K",
-            Q6K => "Q6_K",
-            Q8K => "Q8_K",
-            Iq2Xxs => "IQ2_XXS",
-            Iq2Xs => "IQ2_XS",
-            Iq3Xxs => "IQ3_XXS",
-            Iq1S => "IQ1_S",
-            Iq4Nl => "IQ4_NL",
-            Iq3S => "IQ3_S",
-            Iq2S => "IQ2_S",
-            Iq4Xs => "IQ4_XS",
-            I8 => "I8",
-            I16 => "I16",
-            I32 => "I32",
-            I64 => "I64",
-            F64 => "F64",
-            Iq1M => "IQ1_M",
-            Bf16 => "BF16",
-            Tq1_0 => "TQ1_0",
-            Tq2_0 => "TQ2_0",
-            Mxfp4 => "MXFP4",
-            Nvfp4 => "NVFP4",
-            Q1_0 => "Q1_0",
-        }
-    }
-
     /// Looks a type up by its ggml name (case-insensitive).
     pub fn from_name(name: &str) -> Option<GgmlType> {
         GgmlType::ALL
             .iter()
             .copied()
             .find(|t| t.name().eq_ignore_ascii_case(name))
-    }
-
-    /// Elements per block and bytes per block, as ggml's type traits define them.
-    pub fn layout(self) -> BlockLayout {
-        use GgmlType::*;
-        let (block_elems, block_bytes) = match self {
-            F32 | I32 => (1, 4),
-            F16 | Bf16 | I16 => (1, 2),
-            I8 => (1, 1),
-            I64 | F64 => (1, 8),
-            Q4_0 => (32, 18),
-            Q4_1 => (32, 20),
-            Q5_0 => (32, 22),
-            Q5_1 => (32, 24),
-            Q8_0 => (32, 34),
-            Q8_1 => (32, 36),
-            Iq4Nl => (32, 18),
-            Mxfp4 => (32, 17),
-            Nvfp4 => (64, 36),
-            Q1_0 => (128, 18),
-            Q2K => (256, 84),
-            Q3K => (256, 110),
-            Q4K => (256, 144),
-            Q5K => (256, 176),
-            Q6K => (256, 210),
-            Q8K => (256, 292),
-            Iq2Xxs => (256, 66),
-            Iq2Xs => (256, 74),
-            Iq3Xxs => (256, 98),
-            Iq1S => (256, 50),
-            Iq3S => (256, 110),
-            Iq2S => (256, 82),
-            Iq4Xs => (256, 136),
-            Iq1M => (256, 56),
-            Tq1_0 => (256, 54),
-            Tq2_0 => (256, 66),
-        };
-        BlockLayout {
-            block_elems,
-            block_bytes,
-        }
     }
 
     /// True for block-quantized types (more than one element per block).
@@ -240,7 +150,7 @@ mod tests {
 
     #[test]
     fn ids_and_names_round_trip() {
-        for t in GgmlType::ALL {
+        for &t in GgmlType::ALL {
             assert_eq!(GgmlType::from_id(t.id()), TypeId::Known(t));
             assert_eq!(GgmlType::from_name(t.name()), Some(t));
         }

@@ -13,6 +13,7 @@ pub mod ggml_type;
 pub mod gguf;
 pub mod hf_config;
 pub mod mmap;
+pub mod model_cache;
 pub mod model_config;
 pub mod model_dir;
 pub mod safetensors;

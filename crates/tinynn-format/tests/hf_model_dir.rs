@@ -47,6 +47,10 @@ fn llama_config() -> serde_json::Value {
     })
 }
 
+fn write_config(dir: &Path) {
+    write(dir, "config.json", llama_config().to_string().as_bytes());
+}
+
 fn write(dir: &Path, name: &str, bytes: &[u8]) {
     std::fs::write(dir.join(name), bytes).unwrap();
 }
@@ -195,11 +199,7 @@ fn inconsistent_configs_are_errors() {
 #[test]
 fn model_dir_single_file() {
     let dir = tempfile::tempdir().unwrap();
-    write(
-        dir.path(),
-        "config.json",
-        llama_config().to_string().as_bytes(),
-    );
+    write_config(dir.path());
     write(
         dir.path(),
         "model.safetensors",
@@ -220,11 +220,7 @@ fn model_dir_single_file() {
 #[test]
 fn model_dir_sharded_with_index() {
     let dir = tempfile::tempdir().unwrap();
-    write(
-        dir.path(),
-        "config.json",
-        llama_config().to_string().as_bytes(),
-    );
+    write_config(dir.path());
     write(
         dir.path(),
         "model-00001-of-00002.safetensors",
@@ -284,11 +280,7 @@ fn model_dir_problems_are_clear() {
     let dir = tempfile::tempdir().unwrap();
     let err = HfModelDir::open(dir.path()).err().unwrap().to_string();
     assert!(err.contains("config.json is missing"), "{err}");
-    write(
-        dir.path(),
-        "config.json",
-        llama_config().to_string().as_bytes(),
-    );
+    write_config(dir.path());
     let err = HfModelDir::open(dir.path()).err().unwrap().to_string();
     assert!(err.contains("no *.safetensors"), "{err}");
     write(
@@ -309,11 +301,7 @@ fn model_dir_problems_are_clear() {
         Err(e) => panic!("unexpected error {e}"),
         Ok(_) => panic!("a string hidden_size was accepted"),
     }
-    write(
-        dir.path(),
-        "config.json",
-        llama_config().to_string().as_bytes(),
-    );
+    write_config(dir.path());
     write(
         dir.path(),
         "a.safetensors",

@@ -1,38 +1,15 @@
 //! Every malformed file yields a typed error (the expected one where the case names it), never a
 //! panic, and the parser's peak heap use stays tiny: counts are checked before allocating.
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 
 use tinynn_format::gguf::Gguf;
 use tinynn_format::malformed_corpus::{cases, valid_small_file};
 
-/// Counts live heap bytes and their high-water mark.
-struct Counting;
+#[path = "support/counting_alloc_ffi.rs"]
+mod counting_alloc;
 
-static LIVE: AtomicUsize = AtomicUsize::new(0);
-static PEAK: AtomicUsize = AtomicUsize::new(0);
-
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        // SAFETY: forwards the caller's layout to the system allocator unchanged.
-        let p = unsafe { System.alloc(layout) };
-        if !p.is_null() {
-            let now = LIVE.fetch_add(layout.size(), Ordering::Relaxed) + layout.size();
-            PEAK.fetch_max(now, Ordering::Relaxed);
-        }
-        p
-    }
-
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        LIVE.fetch_sub(layout.size(), Ordering::Relaxed);
-        // SAFETY: `ptr` came from `alloc` above with this same layout.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-}
-
-#[global_allocator]
-static ALLOC: Counting = Counting;
+use counting_alloc::{LIVE, PEAK};
 
 /// A parse of a ≤ 2 KiB file may use at most this much heap (the CLI bound is 64 MiB of RSS).
 const PEAK_LIMIT: usize = 1 << 20;

@@ -26,7 +26,7 @@ pub struct InspectArgs {
 pub fn run(args: &InspectArgs) -> Result<()> {
     let path = match &args.path {
         Some(p) => p.clone(),
-        None => crate::default_model::default_model()?,
+        None => tinynn_format::model_cache::ensure_default_model()?,
     };
     let mut report = Report::build(&path)?;
     if args.no_tensors {

@@ -5,179 +5,84 @@
 
 use std::borrow::Cow;
 
-/// A metadata key the engine knows the meaning of.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Key {
-    GeneralArchitecture,
-    GeneralName,
-    GeneralType,
-    GeneralAlignment,
-    GeneralFileType,
-    GeneralQuantizationVersion,
-    GeneralSizeLabel,
-    GeneralBaseModelName,
-    GeneralLicense,
-    ContextLength,
-    EmbeddingLength,
-    BlockCount,
-    FeedForwardLength,
-    VocabSize,
-    ExpertCount,
-    ExpertUsedCount,
-    HeadCount,
-    HeadCountKv,
-    KeyLength,
-    ValueLength,
-    LayerNormEpsilon,
-    LayerNormRmsEpsilon,
-    SlidingWindow,
-    RopeDimensionCount,
-    RopeFreqBase,
-    RopeScalingType,
-    RopeScalingFactor,
-    RopeScalingAttnFactor,
-    RopeScalingOriginalContextLength,
-    RopeScalingYarnBetaFast,
-    RopeScalingYarnBetaSlow,
-    TokenizerModel,
-    TokenizerPre,
-    TokenizerTokens,
-    TokenizerTokenType,
-    TokenizerScores,
-    TokenizerMerges,
-    TokenizerBosId,
-    TokenizerEosId,
-    TokenizerEotId,
-    TokenizerUnknownId,
-    TokenizerSeparatorId,
-    TokenizerPaddingId,
-    TokenizerAddBos,
-    TokenizerAddEos,
-    TokenizerChatTemplate,
-    SplitNo,
-    SplitCount,
-    SplitTensorsCount,
-    AdapterType,
-    AdapterLoraAlpha,
+/// Declares `Key`, `Key::ALL` and `Key::pattern` from one table of variant => stored key.
+macro_rules! keys {
+    ($($variant:ident => $pattern:literal,)*) => {
+        /// A metadata key the engine knows the meaning of.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+        pub enum Key {
+            $($variant,)*
+        }
+
+        impl Key {
+            /// Every key, for listing and tests.
+            pub const ALL: &'static [Key] = &[$(Key::$variant,)*];
+
+            /// The key as stored, with `{arch}` standing for the architecture where the key has one.
+            pub fn pattern(self) -> &'static str {
+                match self {
+                    $(Key::$variant => $pattern,)*
+                }
+            }
+        }
+    };
+}
+
+keys! {
+    GeneralArchitecture => "general.architecture",
+    GeneralName => "general.name",
+    GeneralType => "general.type",
+    GeneralAlignment => "general.alignment",
+    GeneralFileType => "general.file_type",
+    GeneralQuantizationVersion => "general.quantization_version",
+    GeneralSizeLabel => "general.size_label",
+    GeneralBaseModelName => "general.base_model.0.name",
+    GeneralLicense => "general.license",
+    ContextLength => "{arch}.context_length",
+    EmbeddingLength => "{arch}.embedding_length",
+    BlockCount => "{arch}.block_count",
+    FeedForwardLength => "{arch}.feed_forward_length",
+    VocabSize => "{arch}.vocab_size",
+    ExpertCount => "{arch}.expert_count",
+    ExpertUsedCount => "{arch}.expert_used_count",
+    HeadCount => "{arch}.attention.head_count",
+    HeadCountKv => "{arch}.attention.head_count_kv",
+    KeyLength => "{arch}.attention.key_length",
+    ValueLength => "{arch}.attention.value_length",
+    LayerNormEpsilon => "{arch}.attention.layer_norm_epsilon",
+    LayerNormRmsEpsilon => "{arch}.attention.layer_norm_rms_epsilon",
+    SlidingWindow => "{arch}.attention.sliding_window",
+    RopeDimensionCount => "{arch}.rope.dimension_count",
+    RopeFreqBase => "{arch}.rope.freq_base",
+    RopeScalingType => "{arch}.rope.scaling.type",
+    RopeScalingFactor => "{arch}.rope.scaling.factor",
+    RopeScalingAttnFactor => "{arch}.rope.scaling.attn_factor",
+    RopeScalingOriginalContextLength => "{arch}.rope.scaling.original_context_length",
+    RopeScalingYarnBetaFast => "{arch}.rope.scaling.yarn_beta_fast",
+    RopeScalingYarnBetaSlow => "{arch}.rope.scaling.yarn_beta_slow",
+    TokenizerModel => "tokenizer.ggml.model",
+    TokenizerPre => "tokenizer.ggml.pre",
+    TokenizerTokens => "tokenizer.ggml.tokens",
+    TokenizerTokenType => "tokenizer.ggml.token_type",
+    TokenizerScores => "tokenizer.ggml.scores",
+    TokenizerMerges => "tokenizer.ggml.merges",
+    TokenizerBosId => "tokenizer.ggml.bos_token_id",
+    TokenizerEosId => "tokenizer.ggml.eos_token_id",
+    TokenizerEotId => "tokenizer.ggml.eot_token_id",
+    TokenizerUnknownId => "tokenizer.ggml.unknown_token_id",
+    TokenizerSeparatorId => "tokenizer.ggml.seperator_token_id",
+    TokenizerPaddingId => "tokenizer.ggml.padding_token_id",
+    TokenizerAddBos => "tokenizer.ggml.add_bos_token",
+    TokenizerAddEos => "tokenizer.ggml.add_eos_token",
+    TokenizerChatTemplate => "tokenizer.chat_template",
+    SplitNo => "split.no",
+    SplitCount => "split.count",
+    SplitTensorsCount => "split.tensors.count",
+    AdapterType => "adapter.type",
+    AdapterLoraAlpha => "adapter.lora.alpha",
 }
 
 impl Key {
-    /// Every key, for listing and tests.
-    pub const ALL: [Key; 51] = {
-        use Key::*;
-        [
-            GeneralArchitecture,
-            GeneralName,
-            GeneralType,
-            GeneralAlignment,
-            GeneralFileType,
-            GeneralQuantizationVersion,
-            GeneralSizeLabel,
-            GeneralBaseModelName,
-            GeneralLicense,
-            ContextLength,
-            EmbeddingLength,
-            BlockCount,
-            FeedForwardLength,
-            VocabSize,
-            ExpertCount,
-            ExpertUsedCount,
-            HeadCount,
-            HeadCountKv,
-            KeyLength,
-            ValueLength,
-            LayerNormEpsilon,
-            LayerNormRmsEpsilon,
-            SlidingWindow,
-            RopeDimensionCount,
-            RopeFreqBase,
-            RopeScalingType,
-            RopeScalingFactor,
-            RopeScalingAttnFactor,
-            RopeScalingOriginalContextLength,
-            RopeScalingYarnBetaFast,
-            RopeScalingYarnBetaSlow,
-            TokenizerModel,
-            TokenizerPre,
-            TokenizerTokens,
-            TokenizerTokenType,
-            TokenizerScores,
-            TokenizerMerges,
-            TokenizerBosId,
-            TokenizerEosId,
-            TokenizerEotId,
-            TokenizerUnknownId,
-            TokenizerSeparatorId,
-            TokenizerPaddingId,
-            TokenizerAddBos,
-            TokenizerAddEos,
-            TokenizerChatTemplate,
-            SplitNo,
-            SplitCount,
-            SplitTensorsCount,
-            AdapterType,
-            AdapterLoraAlpha,
-        ]
-    };
-
-    /// The key as stored, with `{arch}` standing for the architecture where the key has one.
-    pub fn pattern(self) -> &'static str {
-        use Key::*;
-        match self {
-            GeneralArchitecture => "general.architecture",
-            GeneralName => "general.name",
-            GeneralType => "general.type",
-            GeneralAlignment => "general.alignment",
-            GeneralFileType => "general.file_type",
-            GeneralQuantizationVersion => "general.quantization_version",
-            GeneralSizeLabel => "general.size_label",
-            GeneralBaseModelName => "general.base_model.0.name",
-            GeneralLicense => "general.license",
-            ContextLength => "{arch}.context_length",
-            EmbeddingLength => "{arch}.embedding_length",
-            BlockCount => "{arch}.block_count",
-            FeedForwardLength => "{arch}.feed_forward_length",
-            VocabSize => "{arch}.vocab_size",
-            ExpertCount => "{arch}.expert_count",
-            ExpertUsedCount => "{arch}.expert_used_count",
-            HeadCount => "{arch}.attention.head_count",
-            HeadCountKv => "{arch}.attention.head_count_kv",
-            KeyLength => "{arch}.attention.key_length",
-            ValueLength => "{arch}.attention.value_length",
-            LayerNormEpsilon => "{arch}.attention.layer_norm_epsilon",
-            LayerNormRmsEpsilon => "{arch}.attention.layer_norm_rms_epsilon",
-            SlidingWindow => "{arch}.attention.sliding_window",
-            RopeDimensionCount => "{arch}.rope.dimension_count",
-            RopeFreqBase => "{arch}.rope.freq_base",
-            RopeScalingType => "{arch}.rope.scaling.type",
-            RopeScalingFactor => "{arch}.rope.scaling.factor",
-            RopeScalingAttnFactor => "{arch}.rope.scaling.attn_factor",
-            RopeScalingOriginalContextLength => "{arch}.rope.scaling.original_context_length",
-            RopeScalingYarnBetaFast => "{arch}.rope.scaling.yarn_beta_fast",
-            RopeScalingYarnBetaSlow => "{arch}.rope.scaling.yarn_beta_slow",
-            TokenizerModel => "tokenizer.ggml.model",
-            TokenizerPre => "tokenizer.ggml.pre",
-            TokenizerTokens => "tokenizer.ggml.tokens",
-            TokenizerTokenType => "tokenizer.ggml.token_type",
-            TokenizerScores => "tokenizer.ggml.scores",
-            TokenizerMerges => "tokenizer.ggml.merges",
-            TokenizerBosId => "tokenizer.ggml.bos_token_id",
-            TokenizerEosId => "tokenizer.ggml.eos_token_id",
-            TokenizerEotId => "tokenizer.ggml.eot_token_id",
-            TokenizerUnknownId => "tokenizer.ggml.unknown_token_id",
-            TokenizerSeparatorId => "tokenizer.ggml.seperator_token_id",
-            TokenizerPaddingId => "tokenizer.ggml.padding_token_id",
-            TokenizerAddBos => "tokenizer.ggml.add_bos_token",
-            TokenizerAddEos => "tokenizer.ggml.add_eos_token",
-            TokenizerChatTemplate => "tokenizer.chat_template",
-            SplitNo => "split.no",
-            SplitCount => "split.count",
-            SplitTensorsCount => "split.tensors.count",
-            AdapterType => "adapter.type",
-            AdapterLoraAlpha => "adapter.lora.alpha",
-        }
-    }
-
     pub fn is_arch_scoped(self) -> bool {
         self.pattern().starts_with("{arch}")
     }
@@ -209,7 +114,7 @@ mod tests {
 
     #[test]
     fn resolve_and_parse_agree() {
-        for k in Key::ALL {
+        for &k in Key::ALL {
             let s = k.resolve("qwen2");
             assert_eq!(Key::parse(&s, "qwen2"), Some(k), "{s}");
         }
