@@ -3,4 +3,8 @@
 //! - [`quant`]: the ggml block formats (F32, F16, BF16, Q4_0 … Q8_1, Q2_K … Q8_K), bit-exact with
 //!   GGUF files: block structs, scalar reference dequantize / quantize / vec_dot.
 
+pub mod graph;
+pub mod ops;
+pub mod plan;
 pub mod quant;
+pub mod tensor;

@@ -200,6 +200,23 @@ pub fn dequantize_row(ty: GgmlType, src: &[u8], dst: &mut [f32]) -> Result<(), Q
     }, _ => Err(QuantError::Unsupported(ty)))
 }
 
+/// True if [`quantize_row`] can write `ty`.
+pub fn has_quantizer(ty: GgmlType) -> bool {
+    matches!(
+        ty,
+        GgmlType::F32
+            | GgmlType::F16
+            | GgmlType::Bf16
+            | GgmlType::Q4_0
+            | GgmlType::Q4_1
+            | GgmlType::Q5_0
+            | GgmlType::Q5_1
+            | GgmlType::Q8_0
+            | GgmlType::Q8_1
+            | GgmlType::Q8K
+    )
+}
+
 /// Quantizes `src` into `dst` as type `ty`.
 pub fn quantize_row(ty: GgmlType, src: &[f32], dst: &mut [u8]) -> Result<(), QuantError> {
     macro_rules! q {

@@ -1,6 +1,8 @@
 //! A global allocator that counts live heap bytes and their high-water mark, so tests can bound
 //! what a parse allocates.
 
+#![allow(dead_code)]
+
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -9,6 +11,8 @@ pub struct Counting;
 
 pub static LIVE: AtomicUsize = AtomicUsize::new(0);
 pub static PEAK: AtomicUsize = AtomicUsize::new(0);
+/// Number of allocations made (any thread).
+pub static ALLOCATIONS: AtomicUsize = AtomicUsize::new(0);
 
 // SAFETY: every allocation and deallocation is delegated unchanged to the system allocator;
 // this only counts bytes.
@@ -17,6 +21,7 @@ unsafe impl GlobalAlloc for Counting {
         // SAFETY: forwards the caller's layout to the system allocator unchanged.
         let p = unsafe { System.alloc(layout) };
         if !p.is_null() {
+            ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
             let now = LIVE.fetch_add(layout.size(), Ordering::Relaxed) + layout.size();
             PEAK.fetch_max(now, Ordering::Relaxed);
         }

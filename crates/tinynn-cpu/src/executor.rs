@@ -1,0 +1,178 @@
+//! Runs a plan: one arena allocated up front, every step on every thread of a persistent pool
+//! with a barrier between steps, nothing allocated while running.
+
+use tinynn_core::plan::{Location, Plan, Region};
+use tinynn_core::tensor::TensorId;
+use tinynn_format::GgmlType;
+
+use crate::kernels::{self, RawTensor, RunErrors, StepArgs, ERR_INDEX};
+use crate::memory::{AlignedBuf, Memory, MemoryError};
+use crate::pool::ThreadPool;
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ExecError {
+    #[error(transparent)]
+    Memory(#[from] MemoryError),
+    #[error("the memory was made for another plan")]
+    WrongMemory,
+    #[error("row index {0} is out of range (e.g. a token id past the vocabulary)")]
+    IndexOutOfRange(i32),
+    #[error("a kernel met data it cannot handle")]
+    Kernel,
+    #[error("'{0}' has no value to read: it is not an output of this plan")]
+    NotReadable(String),
+}
+
+pub struct Executor {
+    pool: ThreadPool,
+    arena: AlignedBuf,
+    /// Base address of each region, refreshed at each run: arena, weights, persistents.
+    bases: Vec<usize>,
+    errors: RunErrors,
+}
+
+struct Job<'a> {
+    plan: &'a Plan,
+    bases: &'a [usize],
+    n_weights: usize,
+    errors: &'a RunErrors,
+}
+
+impl Job<'_> {
+    fn raw(&self, t: TensorId) -> RawTensor {
+        let loc = self.plan.location(t).unwrap_or(Location {
+            region: Region::Arena,
+            offset: 0,
+        });
+        let base = match loc.region {
+            Region::Arena => self.bases[0],
+            Region::Weight(i) => self.bases[1 + i as usize],
+            Region::Persistent(i) => self.bases[1 + self.n_weights + i as usize],
+        };
+        RawTensor {
+            ptr: (base + loc.offset) as *mut u8,
+            layout: *self.plan.graph().layout(t),
+        }
+    }
+
+    fn run(&self, ctx: &crate::pool::Ctx<'_>) {
+        let g = self.plan.graph();
+        for step in self.plan.steps() {
+            let node = g.node(step.node);
+            let mut src = [None; 3];
+            for (slot, &s) in src.iter_mut().zip(&node.src) {
+                *slot = Some(self.raw(s));
+            }
+            let (work, work_len) = match step.work {
+                Some((off, len)) => ((self.bases[0] + off) as *mut u8, len),
+                None => (std::ptr::null_mut(), 0),
+            };
+            let args = StepArgs {
+                op: node.op,
+                dst: self.raw(step.node),
+                src,
+                work,
+                work_len,
+                errors: self.errors,
+            };
+            kernels::compute(&args, ctx);
+            ctx.barrier();
+        }
+    }
+}
+
+impl Executor {
+    pub fn new(plan: &Plan, n_threads: usize) -> Executor {
+        Executor {
+            pool: ThreadPool::new(n_threads),
+            arena: AlignedBuf::zeroed(plan.arena_bytes()),
+            bases: Vec::with_capacity(1 + plan.weights().len() + plan.persistents().len()),
+            errors: RunErrors::default(),
+        }
+    }
+
+    pub fn n_threads(&self) -> usize {
+        self.pool.n_threads()
+    }
+
+    /// Runs every step of `plan` against `mem`.
+    pub fn run(&mut self, plan: &Plan, mem: &mut Memory<'_>) -> Result<(), ExecError> {
+        if mem.weights.len() != plan.weights().len()
+            || mem.persistent.len() != plan.persistents().len()
+            || self.arena.len() < plan.arena_bytes()
+        {
+            return Err(ExecError::WrongMemory);
+        }
+        mem.check_bound(plan)?;
+        self.bases.clear();
+        self.bases
+            .push(self.arena.as_bytes_mut().as_mut_ptr() as usize);
+        self.bases.extend(
+            mem.weights
+                .iter()
+                .map(|w| w.map_or(0, |w| w.as_ptr() as usize)),
+        );
+        self.bases.extend(
+            mem.persistent
+                .iter_mut()
+                .map(|p| p.as_bytes_mut().as_mut_ptr() as usize),
+        );
+        let job = Job {
+            plan,
+            bases: &self.bases,
+            n_weights: mem.weights.len(),
+            errors: &self.errors,
+        };
+        self.pool.run(&|ctx| job.run(ctx));
+        match self.errors.take() {
+            None => Ok(()),
+            Some((ERR_INDEX, v)) => Err(ExecError::IndexOutOfRange(v as i32)),
+            Some(_) => Err(ExecError::Kernel),
+        }
+    }
+
+    /// The bytes of contiguous tensor `t` after a run: an output, or a persistent tensor.
+    pub fn bytes<'a>(
+        &'a self,
+        plan: &Plan,
+        mem: &'a Memory<'_>,
+        t: TensorId,
+    ) -> Result<&'a [u8], ExecError> {
+        let layout = plan.graph().layout(t);
+        let readable = plan.graph().outputs().contains(&t)
+            || matches!(
+                plan.location(t).map(|l| l.region),
+                Some(Region::Persistent(_))
+            );
+        let loc = plan
+            .location(t)
+            .filter(|_| readable && layout.is_contiguous());
+        let Some(loc) = loc else {
+            return Err(ExecError::NotReadable(plan.graph().node(t).name.clone()));
+        };
+        let base: &[u8] = match loc.region {
+            Region::Arena => self.arena.as_bytes(),
+            Region::Persistent(i) => mem.persistent[i as usize].as_bytes(),
+            Region::Weight(i) => mem.weights[i as usize].unwrap_or_default(),
+        };
+        base.get(loc.offset..loc.offset + layout.contiguous_bytes())
+            .ok_or_else(|| ExecError::NotReadable(plan.graph().node(t).name.clone()))
+    }
+
+    /// An F32 output as a vector (a convenience for tests and tools; it allocates).
+    pub fn read_f32(
+        &self,
+        plan: &Plan,
+        mem: &Memory<'_>,
+        t: TensorId,
+    ) -> Result<Vec<f32>, ExecError> {
+        if plan.graph().layout(t).dtype != GgmlType::F32 {
+            return Err(ExecError::NotReadable(plan.graph().node(t).name.clone()));
+        }
+        Ok(self
+            .bytes(plan, mem, t)?
+            .chunks_exact(4)
+            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+            .collect())
+    }
+}

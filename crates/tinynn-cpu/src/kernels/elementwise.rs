@@ -1,0 +1,87 @@
+//! Element-wise kernels: unary functions, broadcasting binary ops, scale, SwiGLU.
+//! Outputs are contiguous F32; inputs may have any strides.
+
+use tinynn_core::ops::{Binary, Unary};
+
+use super::{row_index, split, RawTensor, StepArgs};
+use crate::pool::Ctx;
+
+#[inline]
+pub(crate) fn silu(x: f32) -> f32 {
+    x / (1.0 + (-x).exp())
+}
+
+#[inline]
+fn gelu_tanh(x: f32) -> f32 {
+    const SQRT_2_OVER_PI: f32 = 0.797_884_6;
+    0.5 * x * (1.0 + (SQRT_2_OVER_PI * x * (1.0 + 0.044715 * x * x)).tanh())
+}
+
+#[inline]
+fn gelu_erf(x: f32) -> f32 {
+    0.5 * x * (1.0 + libm::erff(x * std::f32::consts::FRAC_1_SQRT_2))
+}
+
+#[inline]
+fn apply_unary(u: Unary, x: f32) -> f32 {
+    match u {
+        Unary::Silu => silu(x),
+        Unary::GeluTanh => gelu_tanh(x),
+        Unary::GeluErf => gelu_erf(x),
+        Unary::Tanh => x.tanh(),
+        Unary::Exp => x.exp(),
+        Unary::Sqr => x * x,
+        Unary::Sqrt => x.sqrt(),
+        Unary::Neg => -x,
+    }
+}
+
+/// For each element of this thread's output rows, stores `f(i0, i1, i2, i3)`. The output may
+/// be the first input (in place): each element is read by `f` just before it is written.
+#[inline]
+fn for_my_elements(dst: &RawTensor, ctx: &Ctx<'_>, f: impl Fn([usize; 4]) -> f32) {
+    let ne0 = dst.layout.ne[0];
+    for r in split(dst.layout.n_rows(), ctx.ith, ctx.nth) {
+        let (i1, i2, i3) = row_index(&dst.layout, r);
+        let out = dst.row_f32_ptr(i1, i2, i3);
+        for i0 in 0..ne0 {
+            let v = f([i0, i1, i2, i3]);
+            // SAFETY: the output is contiguous F32 and row r belongs to this thread.
+            unsafe { out.add(i0).write(v) };
+        }
+    }
+}
+
+pub(crate) fn unary(u: Unary, a: &StepArgs<'_>, ctx: &Ctx<'_>) {
+    let x = a.src(0);
+    // SAFETY: same shape as the output, F32 (builder-checked).
+    for_my_elements(&a.dst, ctx, |i| apply_unary(u, unsafe { x.f32_at(i) }));
+}
+
+pub(crate) fn scale(s: f32, a: &StepArgs<'_>, ctx: &Ctx<'_>) {
+    let x = a.src(0);
+    // SAFETY: same shape as the output, F32.
+    for_my_elements(&a.dst, ctx, |i| unsafe { x.f32_at(i) } * s);
+}
+
+pub(crate) fn binary(op: Binary, a: &StepArgs<'_>, ctx: &Ctx<'_>) {
+    let (x, y) = (a.src(0), a.src(1));
+    let ny = y.layout.ne;
+    for_my_elements(&a.dst, ctx, |i| {
+        let j = [i[0] % ny[0], i[1] % ny[1], i[2] % ny[2], i[3] % ny[3]];
+        // SAFETY: x has the output's shape; y's indices are reduced modulo its shape.
+        let (p, q) = unsafe { (x.f32_at(i), y.f32_at(j)) };
+        match op {
+            Binary::Add => p + q,
+            Binary::Sub => p - q,
+            Binary::Mul => p * q,
+            Binary::Div => p / q,
+        }
+    });
+}
+
+pub(crate) fn swiglu(a: &StepArgs<'_>, ctx: &Ctx<'_>) {
+    let (g, u) = (a.src(0), a.src(1));
+    // SAFETY: both sources have the output's shape, F32.
+    for_my_elements(&a.dst, ctx, |i| unsafe { silu(g.f32_at(i)) * u.f32_at(i) });
+}

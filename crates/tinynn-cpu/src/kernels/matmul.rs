@@ -1,0 +1,63 @@
+//! mul_mat: each thread converts its share of the activation rows into the weight format's
+//! dot type (in the step's work buffer), a barrier, then each thread computes its share of the
+//! output columns (weight rows) for every activation row.
+
+use tinynn_core::quant;
+use tinynn_core::tensor::Layout;
+
+use super::copy::convert_row;
+use super::{row_index, split, RawTensor, StepArgs, ERR_KERNEL};
+use crate::pool::Ctx;
+
+pub(crate) fn mul_mat(a: &StepArgs<'_>, ctx: &Ctx<'_>) {
+    let (w, x, dst) = (a.src(0), a.src(1), a.dst);
+    let k = w.layout.ne[0];
+    let Ok(dot_ty) = quant::vec_dot_type(w.layout.dtype) else {
+        a.errors.record(ERR_KERNEL, 0);
+        return;
+    };
+    let Ok(row_b) = quant::row_bytes(dot_ty, k) else {
+        a.errors.record(ERR_KERNEL, 0);
+        return;
+    };
+    let x_rows = x.layout.n_rows();
+    if row_b * x_rows > a.work_len {
+        a.errors.record(ERR_KERNEL, 0);
+        return;
+    }
+    // The work buffer seen as a contiguous [K, x_rows] tensor of the dot type.
+    let work = RawTensor {
+        ptr: a.work,
+        layout: Layout::contiguous(dot_ty, [k, x_rows, 1, 1]),
+    };
+    for r in split(x_rows, ctx.ith, ctx.nth) {
+        // SAFETY: row r of x exists; work row r is inside the work buffer (checked above) and
+        // belongs to this thread.
+        if !unsafe { convert_row(&x, row_index(&x.layout, r), &work, (r, 0, 0)) } {
+            a.errors.record(ERR_KERNEL, 0);
+        }
+    }
+    ctx.barrier();
+
+    let [n_out, m, c2, c3] = dst.layout.ne;
+    let (r2, r3) = (c2 / w.layout.ne[2], c3 / w.layout.ne[3]);
+    for n in split(n_out, ctx.ith, ctx.nth) {
+        for i3 in 0..c3 {
+            for i2 in 0..c2 {
+                // SAFETY: weight row n of batch (i2/r2, i3/r3) exists and has contiguous rows.
+                let wrow = unsafe { w.row(n, i2 / r2, i3 / r3) };
+                for mi in 0..m {
+                    let xr = mi + m * (i2 + c2 * i3);
+                    // SAFETY: work row xr was written before the barrier.
+                    let xrow = unsafe { work.row(xr, 0, 0) };
+                    let v = quant::vec_dot(w.layout.dtype, k, wrow, xrow).unwrap_or_else(|_| {
+                        a.errors.record(ERR_KERNEL, 0);
+                        0.0
+                    });
+                    // SAFETY: element (n, mi, i2, i3) is inside dst; column n is this thread's.
+                    unsafe { dst.set_float([n, mi, i2, i3], v) };
+                }
+            }
+        }
+    }
+}

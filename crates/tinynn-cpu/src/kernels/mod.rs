@@ -1,0 +1,216 @@
+//! CPU kernels: one function per op family, each computing the rows of its output that belong
+//! to thread `ith` of `nth`.
+//!
+//! Kernels see tensors as raw pointers plus layouts ([`RawTensor`]). The planner guarantees
+//! that every pointer and layout addresses bytes inside a buffer that is live for the whole
+//! step, that an op's output does not overlap its inputs except when it runs in place (then
+//! element i is read before element i is written, by the same thread), and the executor puts a
+//! barrier between steps. Each thread writes only its own rows. Those facts are what the
+//! `// SAFETY:` notes below rely on.
+
+mod copy;
+mod elementwise;
+mod matmul;
+mod norm;
+mod rope;
+mod rows;
+mod softmax;
+
+use std::ops::Range;
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use tinynn_core::ops::Op;
+use tinynn_core::tensor::Layout;
+
+use crate::pool::Ctx;
+
+/// A tensor as a kernel sees it.
+#[derive(Clone, Copy)]
+pub(crate) struct RawTensor {
+    pub ptr: *mut u8,
+    pub layout: Layout,
+}
+
+impl RawTensor {
+    /// Byte offset of element `(i0, i1, i2, i3)` (i0 counted in elements, not blocks).
+    #[inline]
+    fn elem_offset(&self, i: [usize; 4]) -> usize {
+        let l = &self.layout;
+        let blk = l.dtype.layout().block_elems as usize;
+        (i[0] / blk) * l.nb[0] + i[1] * l.nb[1] + i[2] * l.nb[2] + i[3] * l.nb[3]
+    }
+
+    /// The f32 at `i`.
+    ///
+    /// # Safety
+    /// `i` is inside the layout and the tensor is F32 (see the module notes).
+    #[inline]
+    pub unsafe fn f32_at(&self, i: [usize; 4]) -> f32 {
+        // SAFETY: in bounds by the caller's contract; F32 data is 4-byte aligned (arena offsets,
+        // view checks and weight binding all enforce it), read_unaligned costs nothing extra.
+        unsafe { (self.ptr.add(self.elem_offset(i)) as *const f32).read_unaligned() }
+    }
+
+    /// Row `(i1, i2, i3)` as bytes (`row_bytes` long).
+    ///
+    /// # Safety
+    /// The row is inside the layout and its elements are contiguous.
+    #[inline]
+    pub unsafe fn row(&self, i1: usize, i2: usize, i3: usize) -> &[u8] {
+        // SAFETY: see the module notes; contiguous rows are `row_bytes()` long.
+        unsafe {
+            std::slice::from_raw_parts(
+                self.ptr.add(self.layout.row_offset(i1, i2, i3)),
+                self.layout.row_bytes(),
+            )
+        }
+    }
+
+    /// Row `(i1, i2, i3)` as mutable bytes.
+    ///
+    /// # Safety
+    /// As [`RawTensor::row`], and only this thread touches this row during the step.
+    #[inline]
+    #[allow(clippy::mut_from_ref)]
+    pub unsafe fn row_mut(&self, i1: usize, i2: usize, i3: usize) -> &mut [u8] {
+        // SAFETY: see the module notes.
+        unsafe {
+            std::slice::from_raw_parts_mut(
+                self.ptr.add(self.layout.row_offset(i1, i2, i3)),
+                self.layout.row_bytes(),
+            )
+        }
+    }
+
+    /// Row `(i1, i2, i3)` of an F32 tensor with contiguous rows.
+    ///
+    /// # Safety
+    /// As [`RawTensor::row`]; the tensor is F32 and 4-byte aligned.
+    #[inline]
+    pub unsafe fn row_f32(&self, i1: usize, i2: usize, i3: usize) -> &[f32] {
+        // SAFETY: see the module notes; F32 rows are 4-byte aligned.
+        unsafe {
+            std::slice::from_raw_parts(
+                self.ptr.add(self.layout.row_offset(i1, i2, i3)) as *const f32,
+                self.layout.ne[0],
+            )
+        }
+    }
+
+    /// A raw pointer to row `(i1, i2, i3)` of an F32 tensor with contiguous rows. Kernels that
+    /// may run in place write through it (a `&mut` slice would alias the input being read).
+    #[inline]
+    pub fn row_f32_ptr(&self, i1: usize, i2: usize, i3: usize) -> *mut f32 {
+        self.ptr.wrapping_add(self.layout.row_offset(i1, i2, i3)) as *mut f32
+    }
+
+    /// Mutable row of an F32 tensor with contiguous rows.
+    ///
+    /// # Safety
+    /// As [`RawTensor::row_mut`]; the tensor is F32 and 4-byte aligned.
+    #[inline]
+    #[allow(clippy::mut_from_ref)]
+    pub unsafe fn row_f32_mut(&self, i1: usize, i2: usize, i3: usize) -> &mut [f32] {
+        // SAFETY: see the module notes.
+        unsafe {
+            std::slice::from_raw_parts_mut(
+                self.ptr.add(self.layout.row_offset(i1, i2, i3)) as *mut f32,
+                self.layout.ne[0],
+            )
+        }
+    }
+
+    /// The values of a contiguous I32 tensor.
+    ///
+    /// # Safety
+    /// The tensor is contiguous I32.
+    #[inline]
+    pub unsafe fn i32s(&self) -> &[i32] {
+        // SAFETY: see the module notes; I32 tensors are 4-byte aligned.
+        unsafe { std::slice::from_raw_parts(self.ptr as *const i32, self.layout.n_elements()) }
+    }
+}
+
+/// The first error a kernel ran into (bad run-time data such as a token id past the table).
+#[derive(Default)]
+pub(crate) struct RunErrors {
+    code: AtomicU32,
+    value: AtomicU32,
+}
+
+pub(crate) const ERR_INDEX: u32 = 1;
+pub(crate) const ERR_KERNEL: u32 = 2;
+
+impl RunErrors {
+    pub fn record(&self, code: u32, value: u32) {
+        if self
+            .code
+            .compare_exchange(0, code, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
+        {
+            self.value.store(value, Ordering::Release);
+        }
+    }
+
+    pub fn take(&self) -> Option<(u32, u32)> {
+        let code = self.code.swap(0, Ordering::AcqRel);
+        (code != 0).then(|| (code, self.value.load(Ordering::Acquire)))
+    }
+}
+
+/// Everything one step needs.
+pub(crate) struct StepArgs<'a> {
+    pub op: Op,
+    pub dst: RawTensor,
+    pub src: [Option<RawTensor>; 3],
+    pub work: *mut u8,
+    pub work_len: usize,
+    pub errors: &'a RunErrors,
+}
+
+impl StepArgs<'_> {
+    /// Source `i` (the graph builder guarantees the op's sources are present).
+    #[inline]
+    pub fn src(&self, i: usize) -> RawTensor {
+        match self.src[i] {
+            Some(t) => t,
+            None => self.dst,
+        }
+    }
+}
+
+/// The part of `0..n` thread `ith` of `nth` works on.
+#[inline]
+pub(crate) fn split(n: usize, ith: usize, nth: usize) -> Range<usize> {
+    let per = n.div_ceil(nth);
+    let start = (ith * per).min(n);
+    start..(start + per).min(n)
+}
+
+/// `(i1, i2, i3)` of flat row `r` of a layout.
+#[inline]
+pub(crate) fn row_index(l: &Layout, r: usize) -> (usize, usize, usize) {
+    (
+        r % l.ne[1],
+        (r / l.ne[1]) % l.ne[2],
+        r / (l.ne[1] * l.ne[2]),
+    )
+}
+
+/// Runs one step's share on this thread.
+pub(crate) fn compute(a: &StepArgs<'_>, ctx: &Ctx<'_>) {
+    match a.op {
+        Op::Leaf | Op::View => {}
+        Op::MulMat => matmul::mul_mat(a, ctx),
+        Op::Unary(u) => elementwise::unary(u, a, ctx),
+        Op::Binary(b) => elementwise::binary(b, a, ctx),
+        Op::Scale(s) => elementwise::scale(s, a, ctx),
+        Op::SwiGlu => elementwise::swiglu(a, ctx),
+        Op::RmsNorm { eps } => norm::rms_norm(eps, a, ctx),
+        Op::SoftMax { scale } => softmax::soft_max(scale, a, ctx),
+        Op::Rope(r) => rope::rope(&r, a, ctx),
+        Op::GetRows => rows::get_rows(a, ctx),
+        Op::Cpy => copy::cpy(a.src(0), a.dst, a, ctx),
+        Op::Cont => copy::cpy(a.src(0), a.dst, a, ctx),
+    }
+}

@@ -1,0 +1,11 @@
+//! tinynn-cpu: the CPU backend. A [`Plan`](tinynn_core::plan::Plan) runs on an [`Executor`]
+//! (persistent thread pool + one arena) against a [`Memory`] (bound weights and persistent
+//! tensors). Kernels live in `kernels/`, one file per op family.
+
+mod executor;
+mod kernels;
+mod memory;
+pub mod pool;
+
+pub use executor::{ExecError, Executor};
+pub use memory::{AlignedBuf, Memory, MemoryError};

@@ -1,0 +1,201 @@
+//! The memory a plan runs against: bound weights (borrowed, read-only), persistent tensors
+//! (owned, read-write), and 64-byte aligned buffers for both persistent tensors and the arena.
+
+use tinynn_core::plan::{Plan, Region};
+use tinynn_core::tensor::TensorId;
+use tinynn_format::GgmlType;
+
+/// A cache-line of bytes; buffers are vectors of these so they are 64-byte aligned.
+#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+#[repr(C, align(64))]
+struct Line([u8; 64]);
+
+/// A zero-initialized, 64-byte aligned byte buffer.
+pub struct AlignedBuf {
+    lines: Vec<Line>,
+    len: usize,
+}
+
+impl AlignedBuf {
+    pub fn zeroed(len: usize) -> AlignedBuf {
+        AlignedBuf {
+            lines: vec![Line([0; 64]); len.div_ceil(64)],
+            len,
+        }
+    }
+
+    pub fn as_bytes(&self) -> &[u8] {
+        &bytemuck::cast_slice(&self.lines)[..self.len]
+    }
+
+    pub fn as_bytes_mut(&mut self) -> &mut [u8] {
+        &mut bytemuck::cast_slice_mut(&mut self.lines)[..self.len]
+    }
+
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum MemoryError {
+    #[error("'{0}' is not a weight used by this plan")]
+    NotAWeight(String),
+    #[error("'{0}' is not a persistent tensor used by this plan")]
+    NotPersistent(String),
+    #[error("weight '{name}' needs {need} bytes, {got} were given")]
+    WrongSize {
+        name: String,
+        need: usize,
+        got: usize,
+    },
+    #[error("weight '{name}' ({dtype}) data is not {align}-byte aligned")]
+    Misaligned {
+        name: String,
+        dtype: GgmlType,
+        align: usize,
+    },
+    #[error("weight '{0}' is not bound")]
+    Unbound(String),
+    #[error("'{name}' is {dtype}, not {want}")]
+    WrongType {
+        name: String,
+        dtype: GgmlType,
+        want: GgmlType,
+    },
+}
+
+/// Weights and persistent tensors of one plan.
+pub struct Memory<'w> {
+    pub(crate) weights: Vec<Option<&'w [u8]>>,
+    pub(crate) persistent: Vec<AlignedBuf>,
+}
+
+impl<'w> Memory<'w> {
+    /// Unbound weights and zeroed persistent tensors for `plan`.
+    pub fn new(plan: &Plan) -> Memory<'w> {
+        let persistent = plan
+            .persistents()
+            .iter()
+            .map(|&t| AlignedBuf::zeroed(plan.graph().layout(t).contiguous_bytes()))
+            .collect();
+        Memory {
+            weights: vec![None; plan.weights().len()],
+            persistent,
+        }
+    }
+
+    fn name(plan: &Plan, t: TensorId) -> String {
+        plan.graph().node(t).name.clone()
+    }
+
+    /// Binds `bytes` (e.g. a tensor of an mmap'd GGUF file) as weight `t`.
+    pub fn bind_weight(
+        &mut self,
+        plan: &Plan,
+        t: TensorId,
+        bytes: &'w [u8],
+    ) -> Result<(), MemoryError> {
+        let Some(Region::Weight(slot)) = plan.location(t).map(|l| l.region) else {
+            return Err(MemoryError::NotAWeight(Memory::name(plan, t)));
+        };
+        let layout = plan.graph().layout(t);
+        let need = layout.contiguous_bytes();
+        if bytes.len() != need {
+            return Err(MemoryError::WrongSize {
+                name: Memory::name(plan, t),
+                need,
+                got: bytes.len(),
+            });
+        }
+        // Kernels read elements as slices of their scalar type.
+        let align = match layout.dtype {
+            GgmlType::F32 | GgmlType::I32 => 4,
+            GgmlType::F16 | GgmlType::Bf16 => 2,
+            _ => 1,
+        };
+        if bytes.as_ptr() as usize % align != 0 {
+            return Err(MemoryError::Misaligned {
+                name: Memory::name(plan, t),
+                dtype: layout.dtype,
+                align,
+            });
+        }
+        self.weights[slot as usize] = Some(bytes);
+        Ok(())
+    }
+
+    /// The bytes of persistent tensor `t`, to write inputs or read state.
+    pub fn persistent_mut(&mut self, plan: &Plan, t: TensorId) -> Result<&mut [u8], MemoryError> {
+        match plan.location(t).map(|l| l.region) {
+            Some(Region::Persistent(slot)) => Ok(self.persistent[slot as usize].as_bytes_mut()),
+            _ => Err(MemoryError::NotPersistent(Memory::name(plan, t))),
+        }
+    }
+
+    pub fn persistent(&self, plan: &Plan, t: TensorId) -> Result<&[u8], MemoryError> {
+        match plan.location(t).map(|l| l.region) {
+            Some(Region::Persistent(slot)) => Ok(self.persistent[slot as usize].as_bytes()),
+            _ => Err(MemoryError::NotPersistent(Memory::name(plan, t))),
+        }
+    }
+
+    fn typed_mut(
+        &mut self,
+        plan: &Plan,
+        t: TensorId,
+        want: GgmlType,
+    ) -> Result<&mut [u8], MemoryError> {
+        let dtype = plan.graph().layout(t).dtype;
+        if dtype != want {
+            return Err(MemoryError::WrongType {
+                name: Memory::name(plan, t),
+                dtype,
+                want,
+            });
+        }
+        self.persistent_mut(plan, t)
+    }
+
+    /// Writes f32 values into the start of persistent tensor `t`.
+    pub fn write_f32(
+        &mut self,
+        plan: &Plan,
+        t: TensorId,
+        values: &[f32],
+    ) -> Result<(), MemoryError> {
+        let bytes = self.typed_mut(plan, t, GgmlType::F32)?;
+        for (dst, v) in bytes.chunks_exact_mut(4).zip(values) {
+            dst.copy_from_slice(&v.to_le_bytes());
+        }
+        Ok(())
+    }
+
+    /// Writes i32 values (token ids, positions) into the start of persistent tensor `t`.
+    pub fn write_i32(
+        &mut self,
+        plan: &Plan,
+        t: TensorId,
+        values: &[i32],
+    ) -> Result<(), MemoryError> {
+        let bytes = self.typed_mut(plan, t, GgmlType::I32)?;
+        for (dst, v) in bytes.chunks_exact_mut(4).zip(values) {
+            dst.copy_from_slice(&v.to_le_bytes());
+        }
+        Ok(())
+    }
+
+    pub(crate) fn check_bound(&self, plan: &Plan) -> Result<(), MemoryError> {
+        match self.weights.iter().position(Option::is_none) {
+            Some(slot) => Err(MemoryError::Unbound(Memory::name(
+                plan,
+                plan.weights()[slot],
+            ))),
+            None => Ok(()),
+        }
+    }
+}

@@ -1,0 +1,110 @@
+//! Test helpers: deterministic random data, f64 reference comparison, and running a graph on
+//! 1, 2 and 3 threads.
+
+#![allow(dead_code)]
+
+use tinynn_core::graph::Graph;
+use tinynn_core::plan::Plan;
+use tinynn_core::tensor::TensorId;
+use tinynn_cpu::{Executor, Memory};
+
+/// xorshift64*: reproducible test data without a dependency.
+pub struct Rng(u64);
+
+impl Rng {
+    pub fn new(seed: u64) -> Rng {
+        Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
+    }
+
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+
+    /// Uniform in [-1, 1).
+    pub fn uniform(&mut self) -> f32 {
+        (self.next_u64() >> 40) as f32 / (1u64 << 23) as f32 - 1.0
+    }
+
+    pub fn vec(&mut self, n: usize) -> Vec<f32> {
+        (0..n).map(|_| self.uniform()).collect()
+    }
+}
+
+/// Normalized mean squared error: Σ(a−b)² / Σb².
+pub fn nmse(got: &[f32], want: &[f64]) -> f64 {
+    assert_eq!(got.len(), want.len(), "length");
+    let err: f64 = got
+        .iter()
+        .zip(want)
+        .map(|(&a, &b)| (f64::from(a) - b).powi(2))
+        .sum();
+    let norm: f64 = want.iter().map(|b| b * b).sum();
+    if norm == 0.0 {
+        err
+    } else {
+        err / norm
+    }
+}
+
+pub fn f32_bytes(v: &[f32]) -> Vec<u8> {
+    v.iter().flat_map(|x| x.to_le_bytes()).collect()
+}
+
+/// Inputs to write before running: (tensor, values).
+pub enum Input {
+    F32(TensorId, Vec<f32>),
+    I32(TensorId, Vec<i32>),
+}
+
+/// Compiles `g` (with `out` as output), runs it on `threads` threads with the given inputs and
+/// weights bound, and returns `out` as f32.
+pub fn run(
+    g: &Graph,
+    out: TensorId,
+    inputs: &[Input],
+    weights: &[(TensorId, &[u8])],
+    threads: usize,
+) -> Vec<f32> {
+    let mut g = g.clone();
+    g.set_output(out).unwrap();
+    let plan = Plan::compile(g);
+    plan.verify().unwrap();
+    let mut mem = Memory::new(&plan);
+    for &(t, bytes) in weights {
+        mem.bind_weight(&plan, t, bytes).unwrap();
+    }
+    for input in inputs {
+        match input {
+            Input::F32(t, v) => mem.write_f32(&plan, *t, v).unwrap(),
+            Input::I32(t, v) => mem.write_i32(&plan, *t, v).unwrap(),
+        }
+    }
+    let mut exec = Executor::new(&plan, threads);
+    exec.run(&plan, &mut mem).unwrap();
+    exec.read_f32(&plan, &mem, out).unwrap()
+}
+
+/// Runs on 1, 2 and 3 threads and checks each result against `want` (NMSE ≤ `tol`).
+pub fn check(
+    what: &str,
+    g: &Graph,
+    out: TensorId,
+    inputs: &[Input],
+    weights: &[(TensorId, &[u8])],
+    want: &[f64],
+    tol: f64,
+) {
+    for threads in [1, 2, 3] {
+        let got = run(g, out, inputs, weights, threads);
+        let e = nmse(&got, want);
+        assert!(e <= tol, "{what} ({threads} threads): NMSE {e:e} > {tol:e}");
+    }
+}
+
+/// Index helper for contiguous reference arrays in ggml order.
+pub fn idx(ne: [usize; 4], i: [usize; 4]) -> usize {
+    i[0] + ne[0] * (i[1] + ne[1] * (i[2] + ne[2] * i[3]))
+}

@@ -1,0 +1,474 @@
+//! Every op against a scalar f64 reference, on 1, 2 and 3 threads, with odd sizes,
+//! broadcasting and non-contiguous views. NMSE ≤ 1e-7 for f32 paths (bounds for others stated).
+
+mod common;
+
+use common::{check, idx, Input, Rng};
+use tinynn_core::graph::Graph;
+use tinynn_core::ops::{Binary, Rope, RopeMode, Unary};
+use tinynn_format::GgmlType;
+
+const F32: GgmlType = GgmlType::F32;
+const TOL: f64 = 1e-7;
+
+fn to64(v: &[f32]) -> Vec<f64> {
+    v.iter().map(|&x| f64::from(x)).collect()
+}
+
+#[test]
+fn unary_ops() {
+    let mut rng = Rng::new(1);
+    let ne = [37, 5, 3, 1];
+    let x: Vec<f32> = rng.vec(37 * 15).iter().map(|v| v * 4.0).collect();
+    type Reference = fn(f64) -> f64;
+    let cases: [(Unary, Reference); 8] = [
+        (Unary::Silu, |v| v / (1.0 + (-v).exp())),
+        (Unary::GeluTanh, |v| {
+            0.5 * v
+                * (1.0 + ((2.0 / std::f64::consts::PI).sqrt() * (v + 0.044715 * v * v * v)).tanh())
+        }),
+        (Unary::GeluErf, |v| {
+            0.5 * v * (1.0 + libm::erf(v / std::f64::consts::SQRT_2))
+        }),
+        (Unary::Tanh, f64::tanh),
+        (Unary::Exp, f64::exp),
+        (Unary::Sqr, |v| v * v),
+        (Unary::Sqrt, |v| v.abs().sqrt()),
+        (Unary::Neg, |v| -v),
+    ];
+    for (u, f) in cases {
+        let mut g = Graph::new();
+        let a = g.input("x", F32, &ne).unwrap();
+        let input: Vec<f32> = if u == Unary::Sqrt {
+            x.iter().map(|v| v.abs()).collect()
+        } else {
+            x.clone()
+        };
+        let y = g.unary(u, a).unwrap();
+        let want: Vec<f64> = input.iter().map(|&v| f(f64::from(v))).collect();
+        check(
+            &format!("{u:?}"),
+            &g,
+            y,
+            &[Input::F32(a, input)],
+            &[],
+            &want,
+            TOL,
+        );
+    }
+}
+
+#[test]
+fn binary_ops_broadcast() {
+    let mut rng = Rng::new(2);
+    let (na, nb) = ([19, 4, 3, 2], [19, 1, 3, 1]);
+    let (x, y) = (
+        rng.vec(19 * 24),
+        rng.vec(19 * 3).iter().map(|v| v + 2.0).collect::<Vec<_>>(),
+    );
+    for op in [Binary::Add, Binary::Sub, Binary::Mul, Binary::Div] {
+        let mut g = Graph::new();
+        let a = g.input("a", F32, &na).unwrap();
+        let b = g.input("b", F32, &nb).unwrap();
+        let out = g.binary(op, a, b).unwrap();
+        let mut want = vec![0f64; x.len()];
+        for i3 in 0..2 {
+            for i2 in 0..3 {
+                for i1 in 0..4 {
+                    for i0 in 0..19 {
+                        let p = f64::from(x[idx(na, [i0, i1, i2, i3])]);
+                        let q = f64::from(y[idx(nb, [i0, 0, i2, 0])]);
+                        want[idx(na, [i0, i1, i2, i3])] = match op {
+                            Binary::Add => p + q,
+                            Binary::Sub => p - q,
+                            Binary::Mul => p * q,
+                            Binary::Div => p / q,
+                        };
+                    }
+                }
+            }
+        }
+        check(
+            &format!("{op:?}"),
+            &g,
+            out,
+            &[Input::F32(a, x.clone()), Input::F32(b, y.clone())],
+            &[],
+            &want,
+            TOL,
+        );
+    }
+}
+
+#[test]
+fn elementwise_on_transposed_views() {
+    // a is [5, 7]; its transpose is a [7, 5] view with strided rows.
+    let mut rng = Rng::new(3);
+    let (x, y) = (rng.vec(35), rng.vec(35));
+    let mut g = Graph::new();
+    let a = g.input("a", F32, &[5, 7]).unwrap();
+    let b = g.input("b", F32, &[7, 5]).unwrap();
+    let at = g.transpose(a).unwrap();
+    let s = g.add(at, b).unwrap();
+    let out = g.scale(s, 0.5).unwrap();
+    let want: Vec<f64> = (0..35)
+        .map(|i| {
+            let (i0, i1) = (i % 7, i / 7);
+            0.5 * (f64::from(x[i1 + 5 * i0]) + f64::from(y[i]))
+        })
+        .collect();
+    check(
+        "add(transpose)",
+        &g,
+        out,
+        &[Input::F32(a, x.clone()), Input::F32(b, y.clone())],
+        &[],
+        &want,
+        TOL,
+    );
+
+    // cont of a permuted view is a real transpose.
+    let mut g = Graph::new();
+    let a = g.input("a", F32, &[5, 7]).unwrap();
+    let at = g.transpose(a).unwrap();
+    let c = g.cont(at).unwrap();
+    let want: Vec<f64> = (0..35)
+        .map(|i| f64::from(x[(i / 7) + 5 * (i % 7)]))
+        .collect();
+    check(
+        "cont(transpose)",
+        &g,
+        c,
+        &[Input::F32(a, x)],
+        &[],
+        &want,
+        0.0,
+    );
+}
+
+#[test]
+fn swiglu_scale_rms_norm() {
+    let mut rng = Rng::new(4);
+    let ne = [129, 3, 2, 1];
+    let n = 129 * 6;
+    let (gate, up) = (rng.vec(n), rng.vec(n));
+    let mut g = Graph::new();
+    let a = g.input("gate", F32, &ne).unwrap();
+    let b = g.input("up", F32, &ne).unwrap();
+    let s = g.swiglu(a, b).unwrap();
+    let want: Vec<f64> = gate
+        .iter()
+        .zip(&up)
+        .map(|(&x, &y)| f64::from(x) / (1.0 + (-f64::from(x)).exp()) * f64::from(y))
+        .collect();
+    check(
+        "swiglu",
+        &g,
+        s,
+        &[Input::F32(a, gate.clone()), Input::F32(b, up.clone())],
+        &[],
+        &want,
+        TOL,
+    );
+
+    let eps = 1e-5;
+    let mut g = Graph::new();
+    let a = g.input("x", F32, &ne).unwrap();
+    let y = g.rms_norm(a, eps).unwrap();
+    let mut want = vec![0f64; n];
+    for r in 0..6 {
+        let row = &gate[r * 129..(r + 1) * 129];
+        let ms: f64 = row.iter().map(|&v| f64::from(v).powi(2)).sum::<f64>() / 129.0;
+        for (j, &v) in row.iter().enumerate() {
+            want[r * 129 + j] = f64::from(v) / (ms + f64::from(eps)).sqrt();
+        }
+    }
+    check("rms_norm", &g, y, &[Input::F32(a, gate)], &[], &want, TOL);
+}
+
+#[test]
+fn soft_max_with_and_without_mask() {
+    let mut rng = Rng::new(5);
+    let ne = [33, 4, 3, 1];
+    let n = 33 * 12;
+    let x: Vec<f32> = rng.vec(n).iter().map(|v| v * 5.0).collect();
+    // A causal-style mask [33, 4]: -inf past position 29 - row.
+    let mask: Vec<f32> = (0..33 * 4)
+        .map(|i| {
+            if i % 33 > 29 - i / 33 {
+                f32::NEG_INFINITY
+            } else {
+                0.0
+            }
+        })
+        .collect();
+    for with_mask in [false, true] {
+        let scale = 0.125;
+        let mut g = Graph::new();
+        let a = g.input("x", F32, &ne).unwrap();
+        let m = g.input("mask", F32, &[33, 4]).unwrap();
+        let y = g.soft_max(a, with_mask.then_some(m), scale).unwrap();
+        let mut want = vec![0f64; n];
+        for r in 0..12 {
+            let row: Vec<f64> = (0..33)
+                .map(|j| {
+                    f64::from(x[r * 33 + j]) * f64::from(scale)
+                        + if with_mask {
+                            f64::from(mask[(r % 4) * 33 + j])
+                        } else {
+                            0.0
+                        }
+                })
+                .collect();
+            let max = row.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+            let sum: f64 = row.iter().map(|v| (v - max).exp()).sum();
+            for j in 0..33 {
+                want[r * 33 + j] = (row[j] - max).exp() / sum;
+            }
+        }
+        let mut inputs = vec![Input::F32(a, x.clone())];
+        if with_mask {
+            inputs.push(Input::F32(m, mask.clone()));
+        }
+        check(
+            &format!("soft_max mask={with_mask}"),
+            &g,
+            y,
+            &inputs,
+            &[],
+            &want,
+            TOL,
+        );
+    }
+}
+
+#[test]
+fn rope_normal_and_neox_with_partial_dims() {
+    let mut rng = Rng::new(6);
+    let (hd, nh, nt) = (64, 3, 5);
+    let x = rng.vec(hd * nh * nt);
+    let pos: Vec<i32> = vec![0, 1, 7, 100, 4095];
+    for (mode, n_dims) in [
+        (RopeMode::Normal, 64),
+        (RopeMode::Neox, 64),
+        (RopeMode::Neox, 32),
+        (RopeMode::Normal, 16),
+    ] {
+        let rope = Rope {
+            mode,
+            n_dims,
+            freq_base: 10000.0,
+            freq_scale: 0.5,
+        };
+        let mut g = Graph::new();
+        let a = g.input("x", F32, &[hd, nh, nt]).unwrap();
+        let p = g.input("pos", GgmlType::I32, &[nt]).unwrap();
+        let y = g.rope(a, p, rope).unwrap();
+        let mut want = to64(&x);
+        for (t, &p_t) in pos.iter().enumerate() {
+            for h in 0..nh {
+                let base = (t * nh + h) * hd;
+                for i in 0..n_dims / 2 {
+                    let theta =
+                        f64::from(p_t) * 0.5 * 10000f64.powf(-2.0 * i as f64 / n_dims as f64);
+                    let (i0, i1) = if mode == RopeMode::Normal {
+                        (2 * i, 2 * i + 1)
+                    } else {
+                        (i, i + n_dims / 2)
+                    };
+                    let (x0, x1) = (f64::from(x[base + i0]), f64::from(x[base + i1]));
+                    want[base + i0] = x0 * theta.cos() - x1 * theta.sin();
+                    want[base + i1] = x0 * theta.sin() + x1 * theta.cos();
+                }
+            }
+        }
+        // Angles up to ~2000 rad in f32 (as ggml computes them) limit accuracy to ~1e-4 rad.
+        check(
+            &format!("rope {mode:?} n_dims={n_dims}"),
+            &g,
+            y,
+            &[Input::F32(a, x.clone()), Input::I32(p, pos.clone())],
+            &[],
+            &want,
+            1e-6,
+        );
+    }
+}
+
+/// Weights of every supported type: quantized from random data where a quantizer exists,
+/// random blocks with small scales otherwise (K-quants).
+fn weight_bytes(ty: GgmlType, k: usize, rows: usize, rng: &mut Rng) -> Vec<u8> {
+    use tinynn_core::quant;
+    if quant::has_quantizer(ty) {
+        let mut out = vec![0u8; quant::row_bytes(ty, k * rows).unwrap()];
+        quant::quantize_row(ty, &rng.vec(k * rows), &mut out).unwrap();
+        return out;
+    }
+    let mut out: Vec<u8> = (0..quant::row_bytes(ty, k * rows).unwrap())
+        .map(|_| rng.next_u64() as u8)
+        .collect();
+    let l = ty.layout();
+    let offsets: &[usize] = match ty {
+        GgmlType::Q2K => &[80, 82],
+        GgmlType::Q3K => &[108],
+        GgmlType::Q4K | GgmlType::Q5K => &[0, 2],
+        GgmlType::Q6K => &[208],
+        _ => &[],
+    };
+    for b in out.chunks_exact_mut(l.block_bytes as usize) {
+        for &o in offsets {
+            b[o..o + 2].copy_from_slice(&half::f16::from_f32(0.01).to_le_bytes());
+        }
+    }
+    out
+}
+
+fn dequant(ty: GgmlType, bytes: &[u8], n: usize) -> Vec<f32> {
+    let mut out = vec![0f32; n];
+    tinynn_core::quant::dequantize_row(ty, bytes, &mut out).unwrap();
+    out
+}
+
+/// x as the kernel sees it: quantized to the weight's dot type and back.
+fn through_dot_type(ty: GgmlType, x: &[f32]) -> Vec<f32> {
+    use tinynn_core::quant;
+    let dt = quant::vec_dot_type(ty).unwrap();
+    let mut q = vec![0u8; quant::row_bytes(dt, x.len()).unwrap()];
+    quant::quantize_row(dt, x, &mut q).unwrap();
+    dequant(dt, &q, x.len())
+}
+
+#[test]
+fn mul_mat_every_weight_type_with_batch_broadcast() {
+    use tinynn_core::quant::SUPPORTED;
+    let mut rng = Rng::new(7);
+    let (k, n, m) = (256, 13, 3);
+    let (b2, c2, c3) = (2, 4, 3);
+    for ty in SUPPORTED.into_iter().filter(|t| *t != GgmlType::Q8K) {
+        let w = weight_bytes(ty, k, n * b2, &mut rng);
+        let wf = dequant(ty, &w, k * n * b2);
+        let x = rng.vec(k * m * c2 * c3);
+        let mut g = Graph::new();
+        let wt = g.weight("w", ty, &[k, n, b2]).unwrap();
+        let xt = g.input("x", F32, &[k, m, c2, c3]).unwrap();
+        let y = g.mul_mat(wt, xt).unwrap();
+        let mut want = vec![0f64; n * m * c2 * c3];
+        for i3 in 0..c3 {
+            for i2 in 0..c2 {
+                for mi in 0..m {
+                    let xrow_start = k * (mi + m * (i2 + c2 * i3));
+                    let xq = through_dot_type(ty, &x[xrow_start..xrow_start + k]);
+                    for ni in 0..n {
+                        let wrow = &wf[k * (ni + n * (i2 / (c2 / b2)))..][..k];
+                        let dot: f64 = wrow
+                            .iter()
+                            .zip(&xq)
+                            .map(|(&a, &b)| f64::from(a) * f64::from(b))
+                            .sum();
+                        want[idx([n, m, c2, c3], [ni, mi, i2, i3])] = dot;
+                    }
+                }
+            }
+        }
+        // f32 accumulation with f16-stored block sums (Q8_1's s) allows a little more than 1e-7.
+        let tol = if matches!(ty, GgmlType::Q4_1 | GgmlType::Q5_1) {
+            1e-6
+        } else {
+            TOL
+        };
+        check(
+            &format!("mul_mat {ty}"),
+            &g,
+            y,
+            &[Input::F32(xt, x)],
+            &[(wt, &w)],
+            &want,
+            tol,
+        );
+    }
+}
+
+#[test]
+fn mul_mat_with_strided_activations() {
+    let mut rng = Rng::new(8);
+    let (k, n, m) = (64, 9, 5);
+    let (w, x) = (rng.vec(k * n), rng.vec(k * m));
+    let mut g = Graph::new();
+    let wt = g.weight("w", F32, &[k, n]).unwrap();
+    let xt = g.input("xT", F32, &[m, k]).unwrap();
+    let xv = g.transpose(xt).unwrap();
+    let y = g.mul_mat(wt, xv).unwrap();
+    let want: Vec<f64> = (0..n * m)
+        .map(|i| {
+            let (ni, mi) = (i % n, i / n);
+            (0..k)
+                .map(|j| f64::from(w[ni * k + j]) * f64::from(x[j * m + mi]))
+                .sum()
+        })
+        .collect();
+    let wb = common::f32_bytes(&w);
+    check(
+        "mul_mat(transposed x)",
+        &g,
+        y,
+        &[Input::F32(xt, x)],
+        &[(wt, &wb)],
+        &want,
+        TOL,
+    );
+}
+
+#[test]
+fn get_rows_from_quantized_table_and_cpy_conversions() {
+    let mut rng = Rng::new(9);
+    let (k, rows) = (64, 10);
+    let table = weight_bytes(GgmlType::Q4_1, k, rows, &mut rng);
+    let tf = dequant(GgmlType::Q4_1, &table, k * rows);
+    let ids = vec![3, 0, 9, 3];
+    let mut g = Graph::new();
+    let t = g.weight("table", GgmlType::Q4_1, &[k, rows]).unwrap();
+    let i = g.input("ids", GgmlType::I32, &[4]).unwrap();
+    let y = g.get_rows(t, i).unwrap();
+    let want: Vec<f64> = ids
+        .iter()
+        .flat_map(|&r| to64(&tf[r as usize * k..][..k]))
+        .collect();
+    check(
+        "get_rows Q4_1",
+        &g,
+        y,
+        &[Input::I32(i, ids)],
+        &[(t, &table)],
+        &want,
+        0.0,
+    );
+
+    // f32 rows written into a slice of a persistent cache of another type (as a KV cache is),
+    // then read back with get_rows: equal to the reference quantize→dequantize round trip.
+    for ty in [
+        GgmlType::F16,
+        GgmlType::Bf16,
+        GgmlType::Q8_0,
+        GgmlType::Q4_0,
+    ] {
+        let x = rng.vec(k * 3);
+        let mut g = Graph::new();
+        let src = g.input("x", F32, &[k, 3]).unwrap();
+        let ids = g.input("ids", GgmlType::I32, &[3]).unwrap();
+        let cache = g.persistent("cache", ty, &[k, 8]).unwrap();
+        let row_bytes = tinynn_core::quant::row_bytes(ty, k).unwrap();
+        let slot = g.view(cache, &[k, 3], &[row_bytes], 2 * row_bytes).unwrap();
+        g.cpy(src, slot).unwrap();
+        let rows = g.get_rows(cache, ids).unwrap();
+        let want = to64(&through(ty, &x));
+        let inputs = [Input::F32(src, x), Input::I32(ids, vec![2, 3, 4])];
+        check(&format!("cpy f32→{ty}"), &g, rows, &inputs, &[], &want, 0.0);
+    }
+}
+
+fn through(ty: GgmlType, x: &[f32]) -> Vec<f32> {
+    use tinynn_core::quant;
+    let mut q = vec![0u8; quant::row_bytes(ty, x.len()).unwrap()];
+    quant::quantize_row(ty, x, &mut q).unwrap();
+    dequant(ty, &q, x.len())
+}

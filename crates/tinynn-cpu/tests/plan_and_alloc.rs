@@ -1,0 +1,157 @@
+//! The planner and executor as a whole: buffer sharing and in-place reuse, and clear errors.
+
+mod common;
+
+use common::f32_bytes;
+use tinynn_core::graph::Graph;
+use tinynn_core::ops::{Rope, RopeMode};
+use tinynn_core::plan::Plan;
+use tinynn_cpu::{ExecError, Executor, Memory};
+use tinynn_format::GgmlType;
+
+const F32: GgmlType = GgmlType::F32;
+
+#[test]
+fn chains_share_the_arena_and_run_in_place() {
+    let n = 1000;
+    let mut g = Graph::new();
+    let x = g.input("x", F32, &[n]).unwrap();
+    let y = g.input("y", F32, &[n]).unwrap();
+    let mut h = g.scale(x, 1.0).unwrap();
+    for _ in 0..20 {
+        let s = g.scale(h, 0.5).unwrap();
+        h = g.add(s, y).unwrap();
+    }
+    g.set_output(h).unwrap();
+    let plan = Plan::compile(g);
+    plan.verify().unwrap();
+    // 41 buffers of 4000 bytes would need 41 x 4032; in place they all fit in one.
+    assert_eq!(plan.sum_of_buffers(), 4032, "{}", plan.layout_report());
+    assert_eq!(plan.arena_bytes(), 4032);
+    let report = plan.layout_report();
+    assert!(report.contains("arena: 4032 bytes"), "{report}");
+
+    let mut mem = Memory::new(&plan);
+    let xv: Vec<f32> = (0..n).map(|i| i as f32).collect();
+    mem.write_f32(&plan, x, &xv).unwrap();
+    mem.write_f32(&plan, y, &vec![1.0; n]).unwrap();
+    let mut exec = Executor::new(&plan, 2);
+    exec.run(&plan, &mut mem).unwrap();
+    let out = exec.read_f32(&plan, &mem, h).unwrap();
+    // h ← h/2 + 1, twenty times: h = x / 2^20 + 2 (1 − 2^-20).
+    for (i, v) in out.iter().enumerate() {
+        let want = i as f64 / 1048576.0 + 2.0 * (1.0 - 1.0 / 1048576.0);
+        assert!((f64::from(*v) - want).abs() < 1e-5, "{i}: {v} vs {want}");
+    }
+}
+
+#[test]
+fn buffers_with_overlapping_lives_never_share_bytes() {
+    // A diamond: both branches live at once, so they must not overlap.
+    let mut g = Graph::new();
+    let x = g.input("x", F32, &[256, 4]).unwrap();
+    let a = g.silu(x).unwrap();
+    let b = g.scale(x, 2.0).unwrap();
+    let c = g.mul(a, b).unwrap();
+    let d = g.rms_norm(c, 1e-6).unwrap();
+    g.set_output(d).unwrap();
+    let plan = Plan::compile(g);
+    plan.verify().unwrap();
+    assert!(plan.arena_bytes() <= plan.sum_of_buffers());
+    let (pa, pb) = (
+        plan.location(a).unwrap().offset,
+        plan.location(b).unwrap().offset,
+    );
+    assert_ne!(pa, pb, "{}", plan.layout_report());
+}
+
+#[test]
+fn run_time_errors_are_reported() {
+    let mut g = Graph::new();
+    let table = g.weight("table", F32, &[4, 3]).unwrap();
+    let ids = g.input("ids", GgmlType::I32, &[2]).unwrap();
+    let rows = g.get_rows(table, ids).unwrap();
+    g.set_output(rows).unwrap();
+    let plan = Plan::compile(g);
+    let mut mem = Memory::new(&plan);
+    let mut exec = Executor::new(&plan, 2);
+    assert_eq!(
+        exec.run(&plan, &mut mem).unwrap_err().to_string(),
+        "weight 'table' is not bound"
+    );
+    let bytes = f32_bytes(&[0.0; 12]);
+    assert!(
+        mem.bind_weight(&plan, table, &bytes[..44]).is_err(),
+        "short weight accepted"
+    );
+    mem.bind_weight(&plan, table, &bytes).unwrap();
+    mem.write_i32(&plan, ids, &[1, 3]).unwrap();
+    assert_eq!(
+        exec.run(&plan, &mut mem),
+        Err(ExecError::IndexOutOfRange(3))
+    );
+    mem.write_i32(&plan, ids, &[1, 2]).unwrap();
+    exec.run(&plan, &mut mem).unwrap();
+    assert!(
+        mem.write_f32(&plan, ids, &[1.0]).is_err(),
+        "f32 written into an I32 input"
+    );
+}
+
+#[test]
+fn builder_rejects_bad_shapes_with_errors() {
+    let mut g = Graph::new();
+    let w = g.weight("w", GgmlType::Q4_0, &[64, 8]).unwrap();
+    let x = g.input("x", F32, &[32, 2]).unwrap();
+    let pos = g.input("pos", F32, &[2]).unwrap();
+    let checks: Vec<(String, &str)> = vec![
+        (
+            g.mul_mat(w, x).unwrap_err().to_string(),
+            "inner dimensions differ",
+        ),
+        (
+            g.weight("odd", GgmlType::Q4_0, &[33])
+                .unwrap_err()
+                .to_string(),
+            "not supported",
+        ),
+        (
+            g.view(x, &[32, 3], &[128], 0).unwrap_err().to_string(),
+            "overruns",
+        ),
+        (
+            g.reshape(x, &[63]).unwrap_err().to_string(),
+            "cannot become",
+        ),
+        (
+            g.permute(w, [1, 0, 2, 3]).unwrap_err().to_string(),
+            "row dimension",
+        ),
+        (g.add(x, w).unwrap_err().to_string(), "expected F32"),
+        (
+            g.cpy(x, w).unwrap_err().to_string(),
+            "element counts differ",
+        ),
+        (
+            g.input("z", F32, &[0]).unwrap_err().to_string(),
+            "zero dimension",
+        ),
+    ];
+    let rope = Rope {
+        mode: RopeMode::Normal,
+        n_dims: 32,
+        freq_base: 1e4,
+        freq_scale: 1.0,
+    };
+    let x3 = g.input("x3", F32, &[32, 1, 2]).unwrap();
+    let rope_err = g.rope(x3, pos, rope).unwrap_err().to_string();
+    for (msg, needle) in checks
+        .iter()
+        .map(|(m, n)| (m.as_str(), *n))
+        .chain([(rope_err.as_str(), "I32")])
+    {
+        assert!(msg.contains(needle), "{msg:?} lacks {needle:?}");
+    }
+    let w2 = g.weight("w2", F32, &[32, 2]).unwrap();
+    assert!(g.cpy(x, w2).unwrap_err().to_string().contains("weight"));
+}
