@@ -6,6 +6,7 @@ mod executor;
 mod kernels;
 mod memory;
 pub mod pool;
+pub mod simd;
 
 pub use executor::{ExecError, Executor};
 pub use memory::{AlignedBuf, Memory, MemoryError};

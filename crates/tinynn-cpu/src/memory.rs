@@ -118,7 +118,7 @@ impl<'w> Memory<'w> {
             GgmlType::F16 | GgmlType::Bf16 => 2,
             _ => 1,
         };
-        if bytes.as_ptr() as usize % align != 0 {
+        if !(bytes.as_ptr() as usize).is_multiple_of(align) {
             return Err(MemoryError::Misaligned {
                 name: Memory::name(plan, t),
                 dtype: layout.dtype,

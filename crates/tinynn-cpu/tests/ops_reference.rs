@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{check, idx, Input, Rng};
+use common::{check, idx, weight_bytes, Input, Rng};
 use tinynn_core::graph::Graph;
 use tinynn_core::ops::{Binary, Rope, RopeMode, Unary};
 use tinynn_format::GgmlType;
@@ -293,34 +293,6 @@ fn rope_normal_and_neox_with_partial_dims() {
             1e-6,
         );
     }
-}
-
-/// Weights of every supported type: quantized from random data where a quantizer exists,
-/// random blocks with small scales otherwise (K-quants).
-fn weight_bytes(ty: GgmlType, k: usize, rows: usize, rng: &mut Rng) -> Vec<u8> {
-    use tinynn_core::quant;
-    if quant::has_quantizer(ty) {
-        let mut out = vec![0u8; quant::row_bytes(ty, k * rows).unwrap()];
-        quant::quantize_row(ty, &rng.vec(k * rows), &mut out).unwrap();
-        return out;
-    }
-    let mut out: Vec<u8> = (0..quant::row_bytes(ty, k * rows).unwrap())
-        .map(|_| rng.next_u64() as u8)
-        .collect();
-    let l = ty.layout();
-    let offsets: &[usize] = match ty {
-        GgmlType::Q2K => &[80, 82],
-        GgmlType::Q3K => &[108],
-        GgmlType::Q4K | GgmlType::Q5K => &[0, 2],
-        GgmlType::Q6K => &[208],
-        _ => &[],
-    };
-    for b in out.chunks_exact_mut(l.block_bytes as usize) {
-        for &o in offsets {
-            b[o..o + 2].copy_from_slice(&half::f16::from_f32(0.01).to_le_bytes());
-        }
-    }
-    out
 }
 
 fn dequant(ty: GgmlType, bytes: &[u8], n: usize) -> Vec<f32> {

@@ -131,7 +131,7 @@ impl GgmlType {
     /// length is not a whole number of blocks or the size overflows.
     pub fn bytes_for(self, row_len: u64, n_elements: u64) -> Option<u64> {
         let l = self.layout();
-        if row_len % l.block_elems != 0 {
+        if !row_len.is_multiple_of(l.block_elems) {
             return None;
         }
         (n_elements / l.block_elems).checked_mul(l.block_bytes)

@@ -157,7 +157,7 @@ fn assemble(mut c: ModelConfig, head_dim: Option<u64>) -> Result<ModelConfig, Co
             return Err(invalid(field, v, "must be at least 1"));
         }
     }
-    if c.n_head_kv == 0 || c.n_head % c.n_head_kv != 0 {
+    if c.n_head_kv == 0 || !c.n_head.is_multiple_of(c.n_head_kv) {
         return Err(invalid(
             "KV head count",
             c.n_head_kv,
@@ -167,7 +167,7 @@ fn assemble(mut c: ModelConfig, head_dim: Option<u64>) -> Result<ModelConfig, Co
     c.head_dim = match head_dim {
         Some(0) => return Err(invalid("head dimension", 0, "must be at least 1")),
         Some(d) => d,
-        None if c.n_embd % c.n_head == 0 => c.n_embd / c.n_head,
+        None if c.n_embd.is_multiple_of(c.n_head) => c.n_embd / c.n_head,
         None => {
             return Err(invalid(
                 "embedding length",

@@ -177,7 +177,7 @@ impl Graph {
         if la.ne[3] != 1 {
             return err(OP, "expects [head_dim, n_head, n_tokens, 1]");
         }
-        if rope.n_dims == 0 || rope.n_dims % 2 != 0 || rope.n_dims > la.ne[0] {
+        if rope.n_dims == 0 || !rope.n_dims.is_multiple_of(2) || rope.n_dims > la.ne[0] {
             return err(
                 OP,
                 format!(

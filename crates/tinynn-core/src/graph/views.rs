@@ -48,7 +48,7 @@ impl Graph {
         }
         // Elements must stay aligned to their size (so kernels can read them as slices).
         let align = elem.min(4);
-        if offset % align != 0 || strides[1..].iter().any(|s| s % align != 0) {
+        if !offset.is_multiple_of(align) || strides[1..].iter().any(|s| s % align != 0) {
             return err(OP, "offset and strides must keep elements aligned");
         }
         let layout = Layout {

@@ -171,7 +171,7 @@ fn blocks_mut<'a, F: Format>(
 
 /// Bytes of `n` elements of `F`, checking `n` is whole blocks and `got` is exactly that.
 fn check_len<F: Format>(got: usize, n: usize, what: &'static str) -> Result<usize, QuantError> {
-    if n % F::QK != 0 {
+    if !n.is_multiple_of(F::QK) {
         return Err(QuantError::PartialBlock {
             ty: F::TYPE,
             n,
@@ -256,7 +256,7 @@ pub fn vec_dot(ty: GgmlType, n: usize, x: &[u8], y: &[u8]) -> Result<f32, QuantE
 /// Bytes that `n` elements of `ty` occupy.
 pub fn row_bytes(ty: GgmlType, n: usize) -> Result<usize, QuantError> {
     fn of<F: Format>(n: usize) -> Result<usize, QuantError> {
-        if n % F::QK != 0 {
+        if !n.is_multiple_of(F::QK) {
             return Err(QuantError::PartialBlock {
                 ty: F::TYPE,
                 n,

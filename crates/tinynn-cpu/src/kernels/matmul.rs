@@ -8,11 +8,15 @@ use tinynn_core::tensor::Layout;
 use super::copy::convert_row;
 use super::{row_index, split, RawTensor, StepArgs, ERR_KERNEL};
 use crate::pool::Ctx;
+use crate::simd;
 
 pub(crate) fn mul_mat(a: &StepArgs<'_>, ctx: &Ctx<'_>) {
     let (w, x, dst) = (a.src(0), a.src(1), a.dst);
     let k = w.layout.ne[0];
-    let Ok(dot_ty) = quant::vec_dot_type(w.layout.dtype) else {
+    let (Ok(dot_ty), Some(dot)) = (
+        quant::vec_dot_type(w.layout.dtype),
+        simd::dot_fn(w.layout.dtype),
+    ) else {
         a.errors.record(ERR_KERNEL, 0);
         return;
     };
@@ -50,10 +54,7 @@ pub(crate) fn mul_mat(a: &StepArgs<'_>, ctx: &Ctx<'_>) {
                     let xr = mi + m * (i2 + c2 * i3);
                     // SAFETY: work row xr was written before the barrier.
                     let xrow = unsafe { work.row(xr, 0, 0) };
-                    let v = quant::vec_dot(w.layout.dtype, k, wrow, xrow).unwrap_or_else(|_| {
-                        a.errors.record(ERR_KERNEL, 0);
-                        0.0
-                    });
+                    let v = dot(wrow, xrow);
                     // SAFETY: element (n, mi, i2, i3) is inside dst; column n is this thread's.
                     unsafe { dst.set_float([n, mi, i2, i3], v) };
                 }

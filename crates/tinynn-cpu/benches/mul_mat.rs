@@ -1,0 +1,108 @@
+//! mul_mat through the executor for each weight format, at SmolLM2's decode shapes
+//! (1 token: K=576 against N=1536 and N=49152 rows) and a prefill shape (512 tokens),
+//! on 1 and 2 threads. K-quants need rows of whole 256-element super-blocks, so they run with
+//! K=512 (their throughput per byte is what compares). Throughput is weight bytes per second (decode is bound by them) and,
+//! as a second counter, multiply-adds ×2 per second (FLOP/s).
+//!
+//! `cargo bench -p tinynn-cpu --bench mul_mat`
+
+use divan::counter::{BytesCount, ItemsCount};
+use divan::Bencher;
+use tinynn_core::graph::Graph;
+use tinynn_core::plan::Plan;
+use tinynn_core::quant;
+use tinynn_cpu::{Executor, Memory};
+use tinynn_format::GgmlType;
+
+fn main() {
+    divan::main();
+}
+
+const FORMATS: [GgmlType; 12] = [
+    GgmlType::F32,
+    GgmlType::F16,
+    GgmlType::Q8_0,
+    GgmlType::Q4_0,
+    GgmlType::Q4_1,
+    GgmlType::Q5_0,
+    GgmlType::Q5_1,
+    GgmlType::Q2K,
+    GgmlType::Q3K,
+    GgmlType::Q4K,
+    GgmlType::Q5K,
+    GgmlType::Q6K,
+];
+
+/// Weight bytes with plausible values: quantized noise, or noise blocks with small scales.
+fn weights(ty: GgmlType, n: usize) -> Vec<u8> {
+    let mut state = 0x2545_F491_4F6C_DD1Du64;
+    let mut next = move || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state
+    };
+    if quant::has_quantizer(ty) {
+        let x: Vec<f32> = (0..n)
+            .map(|_| (next() >> 40) as f32 / (1u64 << 23) as f32 - 1.0)
+            .collect();
+        let mut out = vec![0u8; quant::row_bytes(ty, n).unwrap()];
+        quant::quantize_row(ty, &x, &mut out).unwrap();
+        return out;
+    }
+    let mut out: Vec<u8> = (0..quant::row_bytes(ty, n).unwrap())
+        .map(|_| next() as u8)
+        .collect();
+    let l = ty.layout();
+    let scales: &[usize] = match ty {
+        GgmlType::Q2K => &[80, 82],
+        GgmlType::Q3K => &[108],
+        GgmlType::Q4K | GgmlType::Q5K => &[0, 2],
+        GgmlType::Q6K => &[208],
+        _ => &[],
+    };
+    for b in out.chunks_exact_mut(l.block_bytes as usize) {
+        for &o in scales {
+            b[o..o + 2].copy_from_slice(&0x2000u16.to_le_bytes());
+        }
+    }
+    out
+}
+
+fn run(bencher: Bencher, ty: GgmlType, k: usize, n: usize, m: usize, threads: usize) {
+    let k = if k.is_multiple_of(ty.layout().block_elems as usize) {
+        k
+    } else {
+        512
+    };
+    let w_bytes = weights(ty, k * n);
+    let mut g = Graph::new();
+    let w = g.weight("w", ty, &[k, n]).unwrap();
+    let x = g.input("x", GgmlType::F32, &[k, m]).unwrap();
+    let y = g.mul_mat(w, x).unwrap();
+    g.set_output(y).unwrap();
+    let plan = Plan::compile(g);
+    let mut mem = Memory::new(&plan);
+    mem.bind_weight(&plan, w, &w_bytes).unwrap();
+    mem.write_f32(&plan, x, &vec![0.5; k * m]).unwrap();
+    let mut exec = Executor::new(&plan, threads);
+    bencher
+        .counter(BytesCount::new(w_bytes.len()))
+        .counter(ItemsCount::new(2 * k * n * m))
+        .bench_local(|| exec.run(&plan, &mut mem).unwrap());
+}
+
+#[divan::bench(args = FORMATS, consts = [1, 2])]
+fn decode_k576_n1536<const T: usize>(bencher: Bencher, ty: GgmlType) {
+    run(bencher, ty, 576, 1536, 1, T);
+}
+
+#[divan::bench(args = FORMATS, consts = [1, 2])]
+fn decode_k576_n49152<const T: usize>(bencher: Bencher, ty: GgmlType) {
+    run(bencher, ty, 576, 49152, 1, T);
+}
+
+#[divan::bench(args = FORMATS, consts = [1, 2], sample_count = 3, sample_size = 1)]
+fn prefill_k576_n1536_m512<const T: usize>(bencher: Bencher, ty: GgmlType) {
+    run(bencher, ty, 576, 1536, 512, T);
+}

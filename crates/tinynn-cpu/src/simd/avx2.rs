@@ -1,0 +1,200 @@
+//! AVX2 + FMA + F16C dot products.
+//!
+//! Safety contract of this file: the `unsafe fn`s with `#[target_feature]` are reached only
+//! through [`dot_fn`], which `super::dot_fn_for` calls only after detecting AVX2, FMA and F16C;
+//! row lengths are whole blocks and `y` has as many elements as `x` (the matmul kernel sizes
+//! both from the same layout), which bounds every load below.
+
+use std::arch::x86_64::*;
+
+use tinynn_format::GgmlType;
+
+use super::DotFn;
+
+pub(super) fn dot_fn(ty: GgmlType) -> Option<DotFn> {
+    // SAFETY (for each closure): the CPU has AVX2/FMA/F16C (see the file's contract).
+    match ty {
+        GgmlType::F32 => Some(|x, y| unsafe { f32_f32(x, y) }),
+        GgmlType::F16 => Some(|x, y| unsafe { f16_f16(x, y) }),
+        GgmlType::Q4_0 => Some(|x, y| unsafe { q4_0_q8_0(x, y) }),
+        GgmlType::Q4_1 => Some(|x, y| unsafe { q4_1_q8_1(x, y) }),
+        GgmlType::Q8_0 => Some(|x, y| unsafe { q8_0_q8_0(x, y) }),
+        _ => None,
+    }
+}
+
+#[inline]
+#[target_feature(enable = "avx2,fma")]
+pub(super) unsafe fn hsum(v: __m256) -> f32 {
+    let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    _mm_cvtss_f32(_mm_add_ss(s, _mm_shuffle_ps(s, s, 1)))
+}
+
+/// The f16 at `p`.
+#[inline]
+#[target_feature(enable = "f16c,avx2")]
+pub(super) unsafe fn f16_at(p: *const u8) -> f32 {
+    // SAFETY: the caller passes a pointer to two readable bytes.
+    let bits = unsafe { (p as *const u16).read_unaligned() };
+    _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(i32::from(bits))))
+}
+
+/// 16 bytes of nibbles as 32 u8: low nibbles in the low lane (elements 0..16), high nibbles
+/// in the high lane (elements 16..32), the order of Q4/Q5 blocks.
+#[inline]
+#[target_feature(enable = "avx2")]
+pub(super) unsafe fn nibbles(p: *const u8) -> __m256i {
+    // SAFETY: the caller passes 16 readable bytes.
+    let b = unsafe { _mm_loadu_si128(p as *const __m128i) };
+    let m = _mm_set1_epi8(0x0F);
+    _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(b, 4), m), _mm_and_si128(b, m))
+}
+
+/// Σ u8·i8 over 32 pairs as 8 f32 lanes (no overflow for |products| ≤ 127·128).
+#[inline]
+#[target_feature(enable = "avx2")]
+unsafe fn dot_u8_i8(x: __m256i, y: __m256i) -> __m256 {
+    _mm256_cvtepi32_ps(_mm256_madd_epi16(
+        _mm256_maddubs_epi16(x, y),
+        _mm256_set1_epi16(1),
+    ))
+}
+
+/// Σ i8·i8 over 32 pairs: |x| · (y with x's sign).
+#[inline]
+#[target_feature(enable = "avx2")]
+unsafe fn dot_i8_i8(x: __m256i, y: __m256i) -> __m256 {
+    unsafe { dot_u8_i8(_mm256_sign_epi8(x, x), _mm256_sign_epi8(y, x)) }
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn q4_0_q8_0(x: &[u8], y: &[u8]) -> f32 {
+    let n = x.len() / 18;
+    debug_assert_eq!(y.len(), n * 34);
+    let (xp, yp) = (x.as_ptr(), y.as_ptr());
+    let mut acc = _mm256_setzero_ps();
+    for i in 0..n {
+        // SAFETY: block i of both rows is in bounds (file contract).
+        unsafe {
+            let (xb, yb) = (xp.add(i * 18), yp.add(i * 34));
+            let d = _mm256_set1_ps(f16_at(xb) * f16_at(yb));
+            let qx = _mm256_sub_epi8(nibbles(xb.add(2)), _mm256_set1_epi8(8));
+            let qy = _mm256_loadu_si256(yb.add(2) as *const __m256i);
+            acc = _mm256_fmadd_ps(d, dot_i8_i8(qx, qy), acc);
+        }
+    }
+    // SAFETY: AVX2 is enabled in this function.
+    unsafe { hsum(acc) }
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn q4_1_q8_1(x: &[u8], y: &[u8]) -> f32 {
+    let n = x.len() / 20;
+    debug_assert_eq!(y.len(), n * 36);
+    let (xp, yp) = (x.as_ptr(), y.as_ptr());
+    let mut acc = _mm256_setzero_ps();
+    let mut mins = 0.0f32;
+    for i in 0..n {
+        // SAFETY: block i of both rows is in bounds (file contract).
+        unsafe {
+            let (xb, yb) = (xp.add(i * 20), yp.add(i * 36));
+            let d = _mm256_set1_ps(f16_at(xb) * f16_at(yb));
+            mins += f16_at(xb.add(2)) * f16_at(yb.add(2));
+            let qx = nibbles(xb.add(4));
+            let qy = _mm256_loadu_si256(yb.add(4) as *const __m256i);
+            acc = _mm256_fmadd_ps(d, dot_u8_i8(qx, qy), acc);
+        }
+    }
+    // SAFETY: AVX2 is enabled in this function.
+    unsafe { hsum(acc) + mins }
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn q8_0_q8_0(x: &[u8], y: &[u8]) -> f32 {
+    let n = x.len() / 34;
+    debug_assert_eq!(y.len(), n * 34);
+    let (xp, yp) = (x.as_ptr(), y.as_ptr());
+    let mut acc = _mm256_setzero_ps();
+    for i in 0..n {
+        // SAFETY: block i of both rows is in bounds (file contract).
+        unsafe {
+            let (xb, yb) = (xp.add(i * 34), yp.add(i * 34));
+            let d = _mm256_set1_ps(f16_at(xb) * f16_at(yb));
+            let qx = _mm256_loadu_si256(xb.add(2) as *const __m256i);
+            let qy = _mm256_loadu_si256(yb.add(2) as *const __m256i);
+            acc = _mm256_fmadd_ps(d, dot_i8_i8(qx, qy), acc);
+        }
+    }
+    // SAFETY: AVX2 is enabled in this function.
+    unsafe { hsum(acc) }
+}
+
+#[target_feature(enable = "avx2,fma")]
+unsafe fn f32_f32(x: &[u8], y: &[u8]) -> f32 {
+    let n = x.len() / 4;
+    debug_assert_eq!(y.len(), x.len());
+    let (xp, yp) = (x.as_ptr() as *const f32, y.as_ptr() as *const f32);
+    let mut acc = [_mm256_setzero_ps(); 4];
+    let mut i = 0;
+    // SAFETY: every load reads 8 floats below n (file contract: equal lengths).
+    unsafe {
+        while i + 32 <= n {
+            for (j, a) in acc.iter_mut().enumerate() {
+                let (xv, yv) = (
+                    _mm256_loadu_ps(xp.add(i + 8 * j)),
+                    _mm256_loadu_ps(yp.add(i + 8 * j)),
+                );
+                *a = _mm256_fmadd_ps(xv, yv, *a);
+            }
+            i += 32;
+        }
+        while i + 8 <= n {
+            acc[0] = _mm256_fmadd_ps(
+                _mm256_loadu_ps(xp.add(i)),
+                _mm256_loadu_ps(yp.add(i)),
+                acc[0],
+            );
+            i += 8;
+        }
+        let mut s = hsum(_mm256_add_ps(
+            _mm256_add_ps(acc[0], acc[1]),
+            _mm256_add_ps(acc[2], acc[3]),
+        ));
+        while i < n {
+            s += xp.add(i).read_unaligned() * yp.add(i).read_unaligned();
+            i += 1;
+        }
+        s
+    }
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn f16_f16(x: &[u8], y: &[u8]) -> f32 {
+    let n = x.len() / 2;
+    debug_assert_eq!(y.len(), x.len());
+    let (xp, yp) = (x.as_ptr(), y.as_ptr());
+    let mut acc = [_mm256_setzero_ps(); 2];
+    let mut i = 0;
+    // SAFETY: every load reads 8 halves below n (file contract: equal lengths).
+    unsafe {
+        let load = |p: *const u8, i: usize| {
+            _mm256_cvtph_ps(_mm_loadu_si128(p.add(2 * i) as *const __m128i))
+        };
+        while i + 16 <= n {
+            acc[0] = _mm256_fmadd_ps(load(xp, i), load(yp, i), acc[0]);
+            acc[1] = _mm256_fmadd_ps(load(xp, i + 8), load(yp, i + 8), acc[1]);
+            i += 16;
+        }
+        while i + 8 <= n {
+            acc[0] = _mm256_fmadd_ps(load(xp, i), load(yp, i), acc[0]);
+            i += 8;
+        }
+        let mut s = hsum(_mm256_add_ps(acc[0], acc[1]));
+        while i < n {
+            s += f16_at(xp.add(2 * i)) * f16_at(yp.add(2 * i));
+            i += 1;
+        }
+        s
+    }
+}

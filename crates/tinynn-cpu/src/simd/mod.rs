@@ -1,0 +1,126 @@
+//! Dot products of a weight row with an activation row, per weight format and instruction set.
+//!
+//! The instruction set is detected once ([`Isa::detected`], overridable with
+//! `TINYNN_ISA=scalar|avx2|avx512`), and [`dot_fn`] hands out the best kernel for a format.
+//! Every SIMD kernel has the scalar reference (`tinynn_core::quant::vec_dot`) as its oracle in
+//! tests; formats without a SIMD kernel use that reference.
+
+#[cfg(target_arch = "x86_64")]
+mod avx2;
+#[cfg(target_arch = "x86_64")]
+mod avx512;
+
+use std::sync::OnceLock;
+
+use tinynn_core::quant;
+use tinynn_format::GgmlType;
+
+/// `x` (weight row, whole blocks) · `y` (activation row in the format's dot type). The caller
+/// guarantees `y` holds as many elements as `x`, in the dot type's layout.
+pub type DotFn = fn(x: &[u8], y: &[u8]) -> f32;
+
+/// Instruction sets with kernels, best last.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Isa {
+    Scalar,
+    /// AVX2 + FMA + F16C.
+    Avx2,
+    /// AVX-512 F/BW/VL + VNNI (256-bit forms).
+    Avx512Vnni,
+}
+
+impl Isa {
+    /// The best instruction set this CPU has, or the one `TINYNN_ISA` asks for (never more
+    /// than the CPU has).
+    pub fn detected() -> Isa {
+        static ISA: OnceLock<Isa> = OnceLock::new();
+        *ISA.get_or_init(|| {
+            let best = Isa::available()
+                .iter()
+                .copied()
+                .max()
+                .unwrap_or(Isa::Scalar);
+            match std::env::var("TINYNN_ISA").as_deref() {
+                Ok("scalar") => Isa::Scalar,
+                Ok("avx2") => best.min(Isa::Avx2),
+                _ => best,
+            }
+        })
+    }
+
+    /// Every instruction set this CPU can run (detected once).
+    pub fn available() -> &'static [Isa] {
+        static AVAILABLE: OnceLock<Vec<Isa>> = OnceLock::new();
+        AVAILABLE.get_or_init(Isa::probe)
+    }
+
+    fn probe() -> Vec<Isa> {
+        let mut out = vec![Isa::Scalar];
+        #[cfg(target_arch = "x86_64")]
+        {
+            let avx2 = is_x86_feature_detected!("avx2")
+                && is_x86_feature_detected!("fma")
+                && is_x86_feature_detected!("f16c");
+            if avx2 {
+                out.push(Isa::Avx2);
+                let vnni = is_x86_feature_detected!("avx512f")
+                    && is_x86_feature_detected!("avx512bw")
+                    && is_x86_feature_detected!("avx512vl")
+                    && is_x86_feature_detected!("avx512vnni");
+                if vnni {
+                    out.push(Isa::Avx512Vnni);
+                }
+            }
+        }
+        out
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Isa::Scalar => "scalar",
+            Isa::Avx2 => "avx2",
+            Isa::Avx512Vnni => "avx512-vnni",
+        }
+    }
+}
+
+/// The reference kernel (any supported format).
+fn scalar(ty: GgmlType) -> Option<DotFn> {
+    macro_rules! reference {
+        ($($t:ident),*) => {
+            match ty {
+                $(GgmlType::$t => Some(|x: &[u8], y: &[u8]| {
+                    let n = x.len() / GgmlType::$t.layout().block_bytes as usize * GgmlType::$t.layout().block_elems as usize;
+                    quant::vec_dot(GgmlType::$t, n, x, y).unwrap_or(f32::NAN)
+                }),)*
+                _ => None,
+            }
+        };
+    }
+    reference!(F32, F16, Bf16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q8_1, Q2K, Q3K, Q4K, Q5K, Q6K, Q8K)
+}
+
+/// The kernel for weight type `ty` on instruction set `isa`, if one exists at exactly that level.
+pub fn dot_fn_for(ty: GgmlType, isa: Isa) -> Option<DotFn> {
+    if !Isa::available().contains(&isa) {
+        return None;
+    }
+    match isa {
+        Isa::Scalar => scalar(ty),
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx2 => avx2::dot_fn(ty),
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx512Vnni => avx512::dot_fn(ty),
+        #[cfg(not(target_arch = "x86_64"))]
+        _ => None,
+    }
+}
+
+/// The best kernel for `ty` on this CPU (falling back level by level to the reference).
+pub fn dot_fn(ty: GgmlType) -> Option<DotFn> {
+    let isa = Isa::detected();
+    [Isa::Avx512Vnni, Isa::Avx2, Isa::Scalar]
+        .into_iter()
+        .filter(|&i| i <= isa)
+        .find_map(|i| dot_fn_for(ty, i))
+}
