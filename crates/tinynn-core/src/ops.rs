@@ -33,7 +33,7 @@ pub enum RopeMode {
     Neox,
 }
 
-/// Rotary embedding settings.
+/// Rotary embedding settings (ggml's `rope_ext`).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Rope {
     pub mode: RopeMode,
@@ -42,6 +42,32 @@ pub struct Rope {
     pub freq_base: f32,
     /// Position scale (linear RoPE scaling is 1/factor).
     pub freq_scale: f32,
+    /// YaRN extrapolation mix: 0 turns YaRN off, 1 for YaRN-scaled models.
+    pub ext_factor: f32,
+    /// Scale of cos/sin (YaRN's attention factor); 1 normally.
+    pub attn_factor: f32,
+    /// YaRN correction range, in rotations.
+    pub beta_fast: f32,
+    pub beta_slow: f32,
+    /// Training context before scaling (YaRN's correction dims depend on it).
+    pub n_ctx_orig: usize,
+}
+
+impl Rope {
+    /// Plain RoPE: no scaling, no YaRN.
+    pub fn new(mode: RopeMode, n_dims: usize, freq_base: f32) -> Rope {
+        Rope {
+            mode,
+            n_dims,
+            freq_base,
+            freq_scale: 1.0,
+            ext_factor: 0.0,
+            attn_factor: 1.0,
+            beta_fast: 32.0,
+            beta_slow: 1.0,
+            n_ctx_orig: 0,
+        }
+    }
 }
 
 /// An operation. Sources are the node's `src` list, in the order documented per variant.
@@ -60,22 +86,76 @@ pub enum Op {
     Scale(f32),
     /// `silu(src0) * src1`.
     SwiGlu,
+    /// `gelu(src0) * src1` (tanh approximation).
+    GeGlu,
     /// `x / sqrt(mean(x²) + eps)` over each row.
     RmsNorm {
         eps: f32,
     },
-    /// Softmax over rows of `src0 * scale (+ src1 mask, broadcast over dims 2, 3)`.
+    /// `(x - mean) / sqrt(var + eps)` over each row, then `* src1` and `+ src2` when present.
+    LayerNorm {
+        eps: f32,
+        has_weight: bool,
+        has_bias: bool,
+    },
+    /// Softmax over rows of `src0 * scale + slope * mask` (mask = src1 when `has_mask`,
+    /// broadcast over dims 2, 3; `slope` is ALiBi's per-head slope from `max_bias`, 1 when 0).
     SoftMax {
         scale: f32,
+        max_bias: f32,
+        has_mask: bool,
     },
-    /// Rotary embedding of src0 `[head_dim, n_head, n_tokens, 1]` at positions src1 (I32 `[n_tokens]`).
-    Rope(Rope),
+    /// Sets `x[i0, i1, ..] = -inf` where `i0 > n_past + i1` (causal masking without a mask).
+    DiagMaskInf {
+        n_past: usize,
+    },
+    /// Rotary embedding of src0 `[head_dim, n_head, n_tokens, 1]` at positions src1
+    /// (I32 `[n_tokens]`), with per-dimension frequency divisors src2 (F32 `[n_dims/2]`) when
+    /// `has_freq_factors` (Llama 3 / LongRoPE).
+    Rope {
+        rope: Rope,
+        has_freq_factors: bool,
+    },
+    /// Attention per head: `softmax(q·kᵀ·scale [softcapped] + mask) · v`.
+    /// Sources: q `[D, n_q, H, 1]` F32, k `[D, n_kv, H_kv, 1]`, v `[Dv, n_kv, H_kv, 1]`
+    /// (F32/F16/BF16, H a multiple of H_kv), then the mask `[n_kv, ≥n_q]` F32 when `has_mask`,
+    /// then an I32 `[1]` count of valid kv rows when `has_kv_len` (a decode plan's cache length).
+    /// Output `[Dv, H, n_q, 1]` F32.
+    FlashAttn {
+        scale: f32,
+        softcap: f32,
+        has_mask: bool,
+        has_kv_len: bool,
+    },
     /// Rows of src0 `[K, R, ..]` picked by the I32 indices src1 `[n]`, as f32 `[K, n]`.
     GetRows,
     /// Copies (and converts) src0 into the memory of src1, whose layout is the result's.
     Cpy,
     /// A contiguous copy of src0.
     Cont,
+    /// Writes rows of src1 (F32 `[K, n]`) into src0 at the I32 row indices src2 (`[n]`),
+    /// converting to src0's type; the result is src0 after the write.
+    SetRows,
+    /// src0 and src1 joined along dimension `dim`.
+    Concat {
+        dim: usize,
+    },
+    /// The sum of all elements, `[1]`.
+    Sum,
+    /// The sum of each row, `[1, ne1, ne2, ne3]`.
+    SumRows,
+    /// The mean of each row, `[1, ne1, ne2, ne3]`.
+    Mean,
+    /// The index of each row's largest element (the first on ties), I32 `[ne1, ne2, ne3]`.
+    Argmax,
+    /// Indices that sort each row, I32, ascending or descending (stable).
+    Argsort {
+        descending: bool,
+    },
+    /// Indices of each row's `k` largest elements, largest first, I32 `[k, ne1, ...]`.
+    TopK {
+        k: usize,
+    },
 }
 
 impl Op {
@@ -102,12 +182,24 @@ impl Op {
             },
             Op::Scale(_) => "scale",
             Op::SwiGlu => "swiglu",
+            Op::GeGlu => "geglu",
             Op::RmsNorm { .. } => "rms_norm",
+            Op::LayerNorm { .. } => "layer_norm",
             Op::SoftMax { .. } => "soft_max",
-            Op::Rope(_) => "rope",
+            Op::DiagMaskInf { .. } => "diag_mask_inf",
+            Op::Rope { .. } => "rope",
+            Op::FlashAttn { .. } => "flash_attn",
             Op::GetRows => "get_rows",
             Op::Cpy => "cpy",
             Op::Cont => "cont",
+            Op::SetRows => "set_rows",
+            Op::Concat { .. } => "concat",
+            Op::Sum => "sum",
+            Op::SumRows => "sum_rows",
+            Op::Mean => "mean",
+            Op::Argmax => "argmax",
+            Op::Argsort { .. } => "argsort",
+            Op::TopK { .. } => "top_k",
         }
     }
 

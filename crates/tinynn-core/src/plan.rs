@@ -134,12 +134,14 @@ impl Plan {
     /// memory) need.
     pub fn compile(graph: Graph) -> Plan {
         let n = graph.nodes().len();
-        // 1. What is needed: outputs, and copies into persistent memory (their side effect is the point).
+        // 1. What is needed: outputs, and writes into persistent memory (their side effect is the point).
         let mut needed = vec![false; n];
         let mut stack: Vec<TensorId> = graph.outputs().to_vec();
         for (i, node) in graph.nodes().iter().enumerate() {
             let id = TensorId(i as u32);
-            if node.op == Op::Cpy && graph.node(graph.root(id).0).mem == Mem::Persistent {
+            if matches!(node.op, Op::Cpy | Op::SetRows)
+                && graph.node(graph.root(id).0).mem == Mem::Persistent
+            {
                 stack.push(id);
             }
         }

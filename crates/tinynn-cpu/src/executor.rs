@@ -5,7 +5,7 @@ use tinynn_core::plan::{Location, Plan, Region};
 use tinynn_core::tensor::TensorId;
 use tinynn_format::GgmlType;
 
-use crate::kernels::{self, RawTensor, RunErrors, StepArgs, ERR_INDEX};
+use crate::kernels::{self, RawTensor, RunErrors, StepArgs, ERR_INDEX, MAX_SRC};
 use crate::memory::{AlignedBuf, Memory, MemoryError};
 use crate::pool::ThreadPool;
 
@@ -59,7 +59,7 @@ impl Job<'_> {
         let g = self.plan.graph();
         for step in self.plan.steps() {
             let node = g.node(step.node);
-            let mut src = [None; 3];
+            let mut src = [None; MAX_SRC];
             for (slot, &s) in src.iter_mut().zip(&node.src) {
                 *slot = Some(self.raw(s));
             }
@@ -157,6 +157,23 @@ impl Executor {
         };
         base.get(loc.offset..loc.offset + layout.contiguous_bytes())
             .ok_or_else(|| ExecError::NotReadable(plan.graph().node(t).name.clone()))
+    }
+
+    /// An I32 output as a vector (a convenience for tests and tools; it allocates).
+    pub fn read_i32(
+        &self,
+        plan: &Plan,
+        mem: &Memory<'_>,
+        t: TensorId,
+    ) -> Result<Vec<i32>, ExecError> {
+        if plan.graph().layout(t).dtype != GgmlType::I32 {
+            return Err(ExecError::NotReadable(plan.graph().node(t).name.clone()));
+        }
+        Ok(self
+            .bytes(plan, mem, t)?
+            .chunks_exact(4)
+            .map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+            .collect())
     }
 
     /// An F32 output as a vector (a convenience for tests and tools; it allocates).

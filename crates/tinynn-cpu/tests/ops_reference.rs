@@ -255,10 +255,8 @@ fn rope_normal_and_neox_with_partial_dims() {
         (RopeMode::Normal, 16),
     ] {
         let rope = Rope {
-            mode,
-            n_dims,
-            freq_base: 10000.0,
             freq_scale: 0.5,
+            ..Rope::new(mode, n_dims, 10000.0)
         };
         let mut g = Graph::new();
         let a = g.input("x", F32, &[hd, nh, nt]).unwrap();

@@ -137,12 +137,7 @@ fn builder_rejects_bad_shapes_with_errors() {
             "zero dimension",
         ),
     ];
-    let rope = Rope {
-        mode: RopeMode::Normal,
-        n_dims: 32,
-        freq_base: 1e4,
-        freq_scale: 1.0,
-    };
+    let rope = Rope::new(RopeMode::Normal, 32, 1e4);
     let x3 = g.input("x3", F32, &[32, 1, 2]).unwrap();
     let rope_err = g.rope(x3, pos, rope).unwrap_err().to_string();
     for (msg, needle) in checks

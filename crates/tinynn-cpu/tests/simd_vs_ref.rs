@@ -52,6 +52,13 @@ fn simd_kernels_match_the_reference() {
             "Q8_0/avx2",
             "F32/avx2",
             "F16/avx2",
+            "Q5_0/avx2",
+            "Q5_1/avx2",
+            "Q2_K/avx2",
+            "Q3_K/avx2",
+            "Q4_K/avx2",
+            "Q5_K/avx2",
+            "Q6_K/avx2",
         ] {
             assert!(tested.iter().any(|t| t == must), "{must} missing");
         }

@@ -32,12 +32,7 @@ fn running_a_plan_allocates_nothing() {
     let x = g.get_rows(emb, ids).unwrap();
     let h = g.rms_norm(x, 1e-5).unwrap();
     let h = g.mul(h, norm).unwrap();
-    let rope = Rope {
-        mode: RopeMode::Neox,
-        n_dims: hd,
-        freq_base: 10000.0,
-        freq_scale: 1.0,
-    };
+    let rope = Rope::new(RopeMode::Neox, hd, 10000.0);
     let q = g.mul_mat(wq, h).unwrap();
     let q = g.reshape(q, &[hd, n_head, t]).unwrap();
     let q = g.rope(q, pos, rope).unwrap();

@@ -3,14 +3,14 @@
 use tinynn_format::GgmlType;
 
 use super::{err, Graph, Mem, Result};
-use crate::ops::{Binary, Op, Rope, Unary};
+use crate::ops::{Binary, Op, Unary};
 use crate::quant;
 use crate::tensor::{Layout, TensorId};
 
 const F32: GgmlType = GgmlType::F32;
 
 impl Graph {
-    fn f32_operand(&self, op: &'static str, t: TensorId) -> Result<Layout> {
+    pub(super) fn f32_operand(&self, op: &'static str, t: TensorId) -> Result<Layout> {
         self.check_id(op, t)?;
         let l = *self.layout(t);
         if l.dtype != F32 {
@@ -22,7 +22,7 @@ impl Graph {
         Ok(l)
     }
 
-    fn f32_rows(&self, op: &'static str, t: TensorId) -> Result<Layout> {
+    pub(super) fn f32_rows(&self, op: &'static str, t: TensorId) -> Result<Layout> {
         let l = self.f32_operand(op, t)?;
         if !l.rows_contiguous() {
             return err(op, format!("'{}' needs contiguous rows", self.node(t).name));
@@ -121,6 +121,49 @@ impl Graph {
         Ok(self.computed(Op::SwiGlu, Layout::contiguous(F32, lg.ne), vec![gate, up]))
     }
 
+    /// `gelu(gate) * up` (tanh GELU), both the same shape.
+    pub fn geglu(&mut self, gate: TensorId, up: TensorId) -> Result<TensorId> {
+        const OP: &str = "geglu";
+        let lg = self.f32_operand(OP, gate)?;
+        let lu = self.f32_operand(OP, up)?;
+        if lg.ne != lu.ne {
+            return err(OP, format!("shapes differ: {:?} and {:?}", lg.ne, lu.ne));
+        }
+        Ok(self.computed(Op::GeGlu, Layout::contiguous(F32, lg.ne), vec![gate, up]))
+    }
+
+    /// Layer normalization of each row, then `* weight + bias` (each `[ne0]`) when given.
+    pub fn layer_norm(
+        &mut self,
+        a: TensorId,
+        eps: f32,
+        weight: Option<TensorId>,
+        bias: Option<TensorId>,
+    ) -> Result<TensorId> {
+        const OP: &str = "layer_norm";
+        let la = self.f32_rows(OP, a)?;
+        if !(eps >= 0.0 && eps.is_finite()) {
+            return err(OP, format!("eps {eps} must be a finite number ≥ 0"));
+        }
+        let mut src = vec![a];
+        for t in [weight, bias].into_iter().flatten() {
+            let l = self.f32_rows(OP, t)?;
+            if l.ne != [la.ne[0], 1, 1, 1] {
+                return err(
+                    OP,
+                    format!("weight and bias must be [{}], got {:?}", la.ne[0], l.ne),
+                );
+            }
+            src.push(t);
+        }
+        let op = Op::LayerNorm {
+            eps,
+            has_weight: weight.is_some(),
+            has_bias: bias.is_some(),
+        };
+        Ok(self.computed(op, Layout::contiguous(F32, la.ne), src))
+    }
+
     /// RMS normalization of each row (no weight: multiply by one afterwards).
     pub fn rms_norm(&mut self, a: TensorId, eps: f32) -> Result<TensorId> {
         const OP: &str = "rms_norm";
@@ -129,71 +172,6 @@ impl Graph {
             return err(OP, format!("eps {eps} must be a finite number ≥ 0"));
         }
         Ok(self.computed(Op::RmsNorm { eps }, Layout::contiguous(F32, la.ne), vec![a]))
-    }
-
-    /// Softmax of each row of `a * scale + mask`; the mask `[ne0, ≥ne1, m2, m3]` (m2, m3 divide
-    /// a's) is optional.
-    pub fn soft_max(
-        &mut self,
-        a: TensorId,
-        mask: Option<TensorId>,
-        scale: f32,
-    ) -> Result<TensorId> {
-        const OP: &str = "soft_max";
-        let la = self.f32_rows(OP, a)?;
-        let mut src = vec![a];
-        if let Some(m) = mask {
-            let lm = self.f32_rows(OP, m)?;
-            let fits = lm.ne[0] == la.ne[0]
-                && lm.ne[1] >= la.ne[1]
-                && la.ne[2] % lm.ne[2] == 0
-                && la.ne[3] % lm.ne[3] == 0;
-            if !fits {
-                return err(
-                    OP,
-                    format!("mask {:?} does not fit scores {:?}", lm.ne, la.ne),
-                );
-            }
-            src.push(m);
-        }
-        Ok(self.computed(Op::SoftMax { scale }, Layout::contiguous(F32, la.ne), src))
-    }
-
-    /// Rotary embedding of `a` `[head_dim, n_head, n_tokens, 1]` at I32 positions `[n_tokens]`.
-    pub fn rope(&mut self, a: TensorId, positions: TensorId, rope: Rope) -> Result<TensorId> {
-        const OP: &str = "rope";
-        let la = self.f32_rows(OP, a)?;
-        self.check_id(OP, positions)?;
-        let lp = *self.layout(positions);
-        if lp.dtype != GgmlType::I32 || lp.ne != [la.ne[2], 1, 1, 1] || !lp.is_contiguous() {
-            return err(
-                OP,
-                format!(
-                    "positions must be contiguous I32 [{}], got {} {:?}",
-                    la.ne[2], lp.dtype, lp.ne
-                ),
-            );
-        }
-        if la.ne[3] != 1 {
-            return err(OP, "expects [head_dim, n_head, n_tokens, 1]");
-        }
-        if rope.n_dims == 0 || !rope.n_dims.is_multiple_of(2) || rope.n_dims > la.ne[0] {
-            return err(
-                OP,
-                format!(
-                    "n_dims {} must be even and at most the head size {}",
-                    rope.n_dims, la.ne[0]
-                ),
-            );
-        }
-        if !(rope.freq_base > 0.0 && rope.freq_scale > 0.0) {
-            return err(OP, "freq_base and freq_scale must be positive");
-        }
-        Ok(self.computed(
-            Op::Rope(rope),
-            Layout::contiguous(F32, la.ne),
-            vec![a, positions],
-        ))
     }
 
     /// Rows of `table` `[K, R]` (any supported type) at I32 `indices` `[n]`, as F32 `[K, n]`.
@@ -264,6 +242,69 @@ impl Graph {
             offset: 0,
         };
         Ok(id)
+    }
+
+    /// Writes the F32 rows of `src` `[K, n]` into rows `indices` (I32 `[n]`) of `dst` `[K, R]`
+    /// (arena or persistent, any writable type); the result is `dst` after the write.
+    /// Indices past `R` are a run-time error.
+    pub fn set_rows(
+        &mut self,
+        dst: TensorId,
+        src: TensorId,
+        indices: TensorId,
+    ) -> Result<TensorId> {
+        const OP: &str = "set_rows";
+        let ls = self.f32_operand(OP, src)?;
+        self.check_id(OP, dst)?;
+        self.check_id(OP, indices)?;
+        let (ld, li) = (*self.layout(dst), *self.layout(indices));
+        if ld.ne[0] != ls.ne[0]
+            || ld.ne[2] * ld.ne[3] != 1
+            || ls.ne[2] * ls.ne[3] != 1
+            || !ld.rows_contiguous()
+        {
+            return err(
+                OP,
+                format!(
+                    "rows of {:?} do not fit a 2-D destination {:?}",
+                    ls.ne, ld.ne
+                ),
+            );
+        }
+        if li.dtype != GgmlType::I32 || li.ne != [ls.ne[1], 1, 1, 1] || !li.is_contiguous() {
+            return err(OP, format!("indices must be contiguous I32 [{}]", ls.ne[1]));
+        }
+        if !quant::has_quantizer(ld.dtype) {
+            return err(OP, format!("cannot write {}", ld.dtype));
+        }
+        if self.node(self.root(dst).0).mem == Mem::Weight {
+            return err(OP, "cannot write into a weight");
+        }
+        let id = self.computed(Op::SetRows, ld, vec![dst, src, indices]);
+        self.nodes[id.index()].mem = Mem::Alias {
+            base: dst,
+            offset: 0,
+        };
+        Ok(id)
+    }
+
+    /// `a` and `b` (F32, equal in every other dimension) joined along `dim`.
+    pub fn concat(&mut self, a: TensorId, b: TensorId, dim: usize) -> Result<TensorId> {
+        const OP: &str = "concat";
+        let la = self.f32_operand(OP, a)?;
+        let lb = self.f32_operand(OP, b)?;
+        if dim >= 4 || (0..4).any(|i| i != dim && la.ne[i] != lb.ne[i]) {
+            return err(
+                OP,
+                format!(
+                    "{:?} and {:?} cannot be joined along dimension {dim}",
+                    la.ne, lb.ne
+                ),
+            );
+        }
+        let mut ne = la.ne;
+        ne[dim] += lb.ne[dim];
+        Ok(self.computed(Op::Concat { dim }, Layout::contiguous(F32, ne), vec![a, b]))
     }
 
     /// A contiguous copy of `a` (same type).

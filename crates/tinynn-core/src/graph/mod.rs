@@ -3,7 +3,11 @@
 //! [`Plan`](crate::plan::Plan) and run many times.
 
 mod build;
+mod build_attention;
+mod build_reduce;
 mod views;
+
+pub use build_attention::MAX_HEAD_DIM;
 
 use tinynn_format::GgmlType;
 

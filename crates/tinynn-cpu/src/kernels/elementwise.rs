@@ -80,6 +80,14 @@ pub(crate) fn binary(op: Binary, a: &StepArgs<'_>, ctx: &Ctx<'_>) {
     });
 }
 
+pub(crate) fn geglu(a: &StepArgs<'_>, ctx: &Ctx<'_>) {
+    let (g, u) = (a.src(0), a.src(1));
+    // SAFETY: both sources have the output's shape, F32.
+    for_my_elements(&a.dst, ctx, |i| unsafe {
+        gelu_tanh(g.f32_at(i)) * u.f32_at(i)
+    });
+}
+
 pub(crate) fn swiglu(a: &StepArgs<'_>, ctx: &Ctx<'_>) {
     let (g, u) = (a.src(0), a.src(1));
     // SAFETY: both sources have the output's shape, F32.

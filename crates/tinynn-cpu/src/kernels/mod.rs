@@ -8,12 +8,15 @@
 //! barrier between steps. Each thread writes only its own rows. Those facts are what the
 //! `// SAFETY:` notes below rely on.
 
+mod attention;
 mod copy;
 mod elementwise;
 mod matmul;
 mod norm;
+mod reduce;
 mod rope;
 mod rows;
+mod shape;
 mod softmax;
 
 use std::ops::Range;
@@ -158,11 +161,14 @@ impl RunErrors {
     }
 }
 
+/// Most sources an op has (flash attention: q, k, v, mask, kv_len).
+pub(crate) const MAX_SRC: usize = 5;
+
 /// Everything one step needs.
 pub(crate) struct StepArgs<'a> {
     pub op: Op,
     pub dst: RawTensor,
-    pub src: [Option<RawTensor>; 3],
+    pub src: [Option<RawTensor>; MAX_SRC],
     pub work: *mut u8,
     pub work_len: usize,
     pub errors: &'a RunErrors,
@@ -206,11 +212,39 @@ pub(crate) fn compute(a: &StepArgs<'_>, ctx: &Ctx<'_>) {
         Op::Binary(b) => elementwise::binary(b, a, ctx),
         Op::Scale(s) => elementwise::scale(s, a, ctx),
         Op::SwiGlu => elementwise::swiglu(a, ctx),
+        Op::GeGlu => elementwise::geglu(a, ctx),
         Op::RmsNorm { eps } => norm::rms_norm(eps, a, ctx),
-        Op::SoftMax { scale } => softmax::soft_max(scale, a, ctx),
-        Op::Rope(r) => rope::rope(&r, a, ctx),
+        Op::LayerNorm {
+            eps,
+            has_weight,
+            has_bias,
+        } => norm::layer_norm(eps, has_weight, has_bias, a, ctx),
+        Op::SoftMax {
+            scale,
+            max_bias,
+            has_mask,
+        } => softmax::soft_max(scale, max_bias, has_mask, a, ctx),
+        Op::DiagMaskInf { n_past } => attention::diag_mask_inf(n_past, a, ctx),
+        Op::Rope {
+            rope: r,
+            has_freq_factors,
+        } => rope::rope(&r, has_freq_factors, a, ctx),
+        Op::FlashAttn {
+            scale,
+            softcap,
+            has_mask,
+            has_kv_len,
+        } => attention::flash_attn(scale, softcap, has_mask, has_kv_len, a, ctx),
         Op::GetRows => rows::get_rows(a, ctx),
+        Op::SetRows => rows::set_rows(a, ctx),
         Op::Cpy => copy::cpy(a.src(0), a.dst, a, ctx),
         Op::Cont => copy::cpy(a.src(0), a.dst, a, ctx),
+        Op::Concat { dim } => shape::concat(dim, a, ctx),
+        Op::Sum => reduce::sum(a, ctx),
+        Op::SumRows => reduce::sum_rows(false, a, ctx),
+        Op::Mean => reduce::sum_rows(true, a, ctx),
+        Op::Argmax => reduce::argmax(a, ctx),
+        Op::Argsort { descending } => reduce::argsort(descending, a, ctx),
+        Op::TopK { k } => reduce::top_k(k, a, ctx),
     }
 }

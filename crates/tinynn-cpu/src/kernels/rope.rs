@@ -1,14 +1,28 @@
-//! Rotary position embedding, normal (adjacent pairs) and NEOX (halves) modes. Angles are
-//! built as ggml builds them: `theta_i = pos * freq_scale * base^(-2i/n_dims)`, the power taken
-//! by repeated f32 multiplication.
+//! Rotary position embedding (ggml's `rope_ext`): normal (adjacent pairs) and NEOX (halves)
+//! modes, partial rotation, linear scaling, YaRN, and per-dimension frequency factors.
+//! Angles are built as ggml builds them: `theta_i = pos * base^(-2i/n_dims)`, the power taken by
+//! repeated f32 multiplication.
 
 use tinynn_core::ops::{Rope, RopeMode};
 
 use super::{split, StepArgs, ERR_KERNEL};
 use crate::pool::Ctx;
 
-pub(crate) fn rope(r: &Rope, a: &StepArgs<'_>, ctx: &Ctx<'_>) {
+/// The dimension at which a frequency completes `n_rot` rotations over the original context.
+fn corr_dim(n_dims: usize, n_ctx_orig: usize, n_rot: f32, base: f32) -> f32 {
+    n_dims as f32 * (n_ctx_orig as f32 / (n_rot * 2.0 * std::f32::consts::PI)).ln()
+        / (2.0 * base.ln())
+}
+
+/// YaRN's ramp between interpolation (0) and extrapolation (1) for pair index `i0/2`.
+fn ramp(low: f32, high: f32, i0: usize) -> f32 {
+    let y = (i0 as f32 / 2.0 - low) / (high - low).max(0.001);
+    1.0 - y.clamp(0.0, 1.0)
+}
+
+pub(crate) fn rope(r: &Rope, has_freq_factors: bool, a: &StepArgs<'_>, ctx: &Ctx<'_>) {
     let (x, pos) = (a.src(0), a.src(1));
+    let factors = has_freq_factors.then(|| a.src(2).row_f32_ptr(0, 0, 0));
     let dst = a.dst;
     let [head_dim, n_head, n_tok, _] = dst.layout.ne;
     // SAFETY: positions are a contiguous I32 [n_tok] tensor (builder-checked).
@@ -18,15 +32,37 @@ pub(crate) fn rope(r: &Rope, a: &StepArgs<'_>, ctx: &Ctx<'_>) {
         return;
     }
     let theta_scale = r.freq_base.powf(-2.0 / r.n_dims as f32);
+    let (low, high) = if r.ext_factor != 0.0 {
+        let start = corr_dim(r.n_dims, r.n_ctx_orig, r.beta_fast, r.freq_base).floor();
+        let end = corr_dim(r.n_dims, r.n_ctx_orig, r.beta_slow, r.freq_base).ceil();
+        (start.max(0.0), end.min(r.n_dims as f32 - 1.0))
+    } else {
+        (0.0, 0.0)
+    };
+    let mscale_base = if r.ext_factor != 0.0 {
+        r.attn_factor * (1.0 + 0.1 * (1.0 / r.freq_scale).ln())
+    } else {
+        r.attn_factor
+    };
     let half = r.n_dims / 2;
     for row in split(n_head * n_tok, ctx.ith, ctx.nth) {
         let (h, t) = (row % n_head, row / n_head);
         // Contiguous F32 rows; this thread's row; in place each pair is read before it is written.
         let (xin, out) = (x.row_f32_ptr(h, t, 0), dst.row_f32_ptr(h, t, 0));
-        let mut theta = positions[t] as f32;
+        let mut theta_base = positions[t] as f32;
         for i in 0..half {
-            let angle = theta * r.freq_scale;
-            let (s, c) = angle.sin_cos();
+            // SAFETY: i < n_dims/2, the length of the factors (builder-checked).
+            let factor = factors.map_or(1.0, |f| unsafe { f.add(i).read() });
+            let extrap = theta_base / factor;
+            let interp = r.freq_scale * extrap;
+            let (theta, mscale) = if r.ext_factor != 0.0 {
+                let mix = ramp(low, high, 2 * i) * r.ext_factor;
+                (interp * (1.0 - mix) + extrap * mix, mscale_base)
+            } else {
+                (interp, mscale_base)
+            };
+            let (s, c) = theta.sin_cos();
+            let (s, c) = (s * mscale, c * mscale);
             let (i0, i1) = match r.mode {
                 RopeMode::Normal => (2 * i, 2 * i + 1),
                 RopeMode::Neox => (i, i + half),
@@ -37,7 +73,7 @@ pub(crate) fn rope(r: &Rope, a: &StepArgs<'_>, ctx: &Ctx<'_>) {
                 out.add(i0).write(x0 * c - x1 * s);
                 out.add(i1).write(x0 * s + x1 * c);
             }
-            theta *= theta_scale;
+            theta_base *= theta_scale;
         }
         for j in r.n_dims..head_dim {
             // SAFETY: j < head_dim.

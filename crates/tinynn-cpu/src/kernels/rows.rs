@@ -26,3 +26,26 @@ pub(crate) fn get_rows(a: &StepArgs<'_>, ctx: &Ctx<'_>) {
         }
     }
 }
+
+pub(crate) fn set_rows(a: &StepArgs<'_>, ctx: &Ctx<'_>) {
+    let (dst, src, idx) = (a.dst, a.src(1), a.src(2));
+    // SAFETY: indices are a contiguous I32 [n] tensor (builder-checked).
+    let indices = unsafe { idx.i32s() };
+    let n_rows = dst.layout.ne[1];
+    for (i, &r) in indices.iter().enumerate() {
+        if r < 0 || r as usize >= n_rows {
+            if ctx.ith == 0 {
+                a.errors.record(ERR_INDEX, r as u32);
+            }
+            continue;
+        }
+        // Each destination row belongs to one thread, so repeated indices are written in order.
+        if r as usize % ctx.nth != ctx.ith {
+            continue;
+        }
+        // SAFETY: row i of src and row r of dst exist; dst row r is written by this thread only.
+        if !unsafe { super::copy::convert_row(&src, (i, 0, 0), &dst, (r as usize, 0, 0)) } {
+            a.errors.record(ERR_KERNEL, 0);
+        }
+    }
+}

@@ -9,7 +9,7 @@ use std::arch::x86_64::*;
 
 use tinynn_format::GgmlType;
 
-use super::DotFn;
+use super::{avx2_kquants, avx2_q5, DotFn};
 
 pub(super) fn dot_fn(ty: GgmlType) -> Option<DotFn> {
     // SAFETY (for each closure): the CPU has AVX2/FMA/F16C (see the file's contract).
@@ -19,6 +19,13 @@ pub(super) fn dot_fn(ty: GgmlType) -> Option<DotFn> {
         GgmlType::Q4_0 => Some(|x, y| unsafe { q4_0_q8_0(x, y) }),
         GgmlType::Q4_1 => Some(|x, y| unsafe { q4_1_q8_1(x, y) }),
         GgmlType::Q8_0 => Some(|x, y| unsafe { q8_0_q8_0(x, y) }),
+        GgmlType::Q5_0 => Some(|x, y| unsafe { avx2_q5::q5_0_q8_0(x, y) }),
+        GgmlType::Q5_1 => Some(|x, y| unsafe { avx2_q5::q5_1_q8_1(x, y) }),
+        GgmlType::Q2K => Some(|x, y| unsafe { avx2_kquants::q2_k_q8_k(x, y) }),
+        GgmlType::Q3K => Some(|x, y| unsafe { avx2_kquants::q3_k_q8_k(x, y) }),
+        GgmlType::Q4K => Some(|x, y| unsafe { avx2_kquants::q4_k_q8_k(x, y) }),
+        GgmlType::Q5K => Some(|x, y| unsafe { avx2_kquants::q5_k_q8_k(x, y) }),
+        GgmlType::Q6K => Some(|x, y| unsafe { avx2_kquants::q6_k_q8_k(x, y) }),
         _ => None,
     }
 }

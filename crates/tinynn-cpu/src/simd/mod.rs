@@ -8,6 +8,10 @@
 #[cfg(target_arch = "x86_64")]
 mod avx2;
 #[cfg(target_arch = "x86_64")]
+mod avx2_kquants;
+#[cfg(target_arch = "x86_64")]
+mod avx2_q5;
+#[cfg(target_arch = "x86_64")]
 mod avx512;
 
 use std::sync::OnceLock;

@@ -88,6 +88,23 @@ pub fn run(
     exec.read_f32(&plan, &mem, out).unwrap()
 }
 
+/// Like [`run`] for an I32 output.
+pub fn run_i32(g: &Graph, out: TensorId, inputs: &[Input], threads: usize) -> Vec<i32> {
+    let mut g = g.clone();
+    g.set_output(out).unwrap();
+    let plan = Plan::compile(g);
+    let mut mem = Memory::new(&plan);
+    for input in inputs {
+        match input {
+            Input::F32(t, v) => mem.write_f32(&plan, *t, v).unwrap(),
+            Input::I32(t, v) => mem.write_i32(&plan, *t, v).unwrap(),
+        }
+    }
+    let mut exec = Executor::new(&plan, threads);
+    exec.run(&plan, &mut mem).unwrap();
+    exec.read_i32(&plan, &mem, out).unwrap()
+}
+
 /// Runs on 1, 2 and 3 threads and checks each result against `want` (NMSE ≤ `tol`).
 pub fn check(
     what: &str,
