@@ -3,6 +3,7 @@
 //! - [`quant`]: the ggml block formats (F32, F16, BF16, Q4_0 … Q8_1, Q2_K … Q8_K), bit-exact with
 //!   GGUF files: block structs, scalar reference dequantize / quantize / vec_dot.
 
+pub mod backend;
 pub mod graph;
 pub mod ops;
 pub mod plan;

@@ -1,6 +1,9 @@
 //! Runs a plan: one arena allocated up front, every step on every thread of a persistent pool
 //! with a barrier between steps, nothing allocated while running.
 
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Instant;
+
 use tinynn_core::plan::{Location, Plan, Region};
 use tinynn_core::tensor::TensorId;
 use tinynn_format::GgmlType;
@@ -23,12 +26,37 @@ pub enum ExecError {
     NotReadable(String),
 }
 
+/// How an executor runs plans.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ExecOptions {
+    pub threads: usize,
+    /// Reference mode (the original engine's `--strict`): one thread, dot products and
+    /// reductions accumulated in f64, activations not quantized, RoPE angles in f64.
+    pub strict: bool,
+    /// Time every step on every thread, for [`Executor::chrome_trace`]. Off, it costs one
+    /// branch per step.
+    pub trace: bool,
+}
+
+impl Default for ExecOptions {
+    fn default() -> Self {
+        ExecOptions {
+            threads: 1,
+            strict: false,
+            trace: false,
+        }
+    }
+}
+
 pub struct Executor {
     pool: ThreadPool,
     arena: AlignedBuf,
     /// Base address of each region, refreshed at each run: arena, weights, persistents.
     bases: Vec<usize>,
     errors: RunErrors,
+    strict: bool,
+    /// Per step and thread: start and end in ns since the run began (when tracing).
+    spans: Option<Vec<AtomicU64>>,
 }
 
 struct Job<'a> {
@@ -36,6 +64,8 @@ struct Job<'a> {
     bases: &'a [usize],
     n_weights: usize,
     errors: &'a RunErrors,
+    strict: bool,
+    trace: Option<(&'a [AtomicU64], Instant)>,
 }
 
 impl Job<'_> {
@@ -57,7 +87,8 @@ impl Job<'_> {
 
     fn run(&self, ctx: &crate::pool::Ctx<'_>) {
         let g = self.plan.graph();
-        for step in self.plan.steps() {
+        for (i, step) in self.plan.steps().iter().enumerate() {
+            let started = self.trace.map(|(_, t0)| t0.elapsed().as_nanos() as u64);
             let node = g.node(step.node);
             let mut src = [None; MAX_SRC];
             for (slot, &s) in src.iter_mut().zip(&node.src) {
@@ -74,20 +105,45 @@ impl Job<'_> {
                 work,
                 work_len,
                 errors: self.errors,
+                strict: self.strict,
             };
             kernels::compute(&args, ctx);
+            if let (Some((spans, t0)), Some(start)) = (self.trace, started) {
+                let slot = 2 * (i * ctx.nth + ctx.ith);
+                spans[slot].store(start, Ordering::Relaxed);
+                spans[slot + 1].store(t0.elapsed().as_nanos() as u64, Ordering::Relaxed);
+            }
             ctx.barrier();
         }
     }
 }
 
 impl Executor {
+    /// An executor for `plan` on `n_threads` threads.
     pub fn new(plan: &Plan, n_threads: usize) -> Executor {
+        Executor::with_options(
+            plan,
+            ExecOptions {
+                threads: n_threads,
+                ..ExecOptions::default()
+            },
+        )
+    }
+
+    pub fn with_options(plan: &Plan, opts: ExecOptions) -> Executor {
+        let threads = if opts.strict { 1 } else { opts.threads.max(1) };
+        let spans = opts.trace.then(|| {
+            (0..2 * plan.steps().len() * threads)
+                .map(|_| AtomicU64::new(0))
+                .collect()
+        });
         Executor {
-            pool: ThreadPool::new(n_threads),
+            pool: ThreadPool::new(threads),
             arena: AlignedBuf::zeroed(plan.arena_bytes()),
             bases: Vec::with_capacity(1 + plan.weights().len() + plan.persistents().len()),
             errors: RunErrors::default(),
+            strict: opts.strict,
+            spans,
         }
     }
 
@@ -95,15 +151,23 @@ impl Executor {
         self.pool.n_threads()
     }
 
-    /// Runs every step of `plan` against `mem`.
+    /// Runs every step of `plan` against `mem` (made by `Memory::new(plan)`).
     pub fn run(&mut self, plan: &Plan, mem: &mut Memory<'_>) -> Result<(), ExecError> {
         if mem.weights.len() != plan.weights().len()
             || mem.persistent.len() != plan.persistents().len()
-            || self.arena.len() < plan.arena_bytes()
         {
             return Err(ExecError::WrongMemory);
         }
+        // One executor serves several plans (prefill and decode): the arena grows to the
+        // largest, so only the first run of a bigger plan allocates.
+        if self.arena.len() < plan.arena_bytes() {
+            self.arena = AlignedBuf::zeroed(plan.arena_bytes());
+        }
         mem.check_bound(plan)?;
+        let span_slots = 2 * plan.steps().len() * self.pool.n_threads();
+        if let Some(spans) = self.spans.as_mut().filter(|s| s.len() != span_slots) {
+            *spans = (0..span_slots).map(|_| AtomicU64::new(0)).collect();
+        }
         self.bases.clear();
         self.bases
             .push(self.arena.as_bytes_mut().as_mut_ptr() as usize);
@@ -122,6 +186,8 @@ impl Executor {
             bases: &self.bases,
             n_weights: mem.weights.len(),
             errors: &self.errors,
+            strict: self.strict,
+            trace: self.spans.as_deref().map(|s| (s, Instant::now())),
         };
         self.pool.run(&|ctx| job.run(ctx));
         match self.errors.take() {
@@ -129,6 +195,38 @@ impl Executor {
             Some((ERR_INDEX, v)) => Err(ExecError::IndexOutOfRange(v as i32)),
             Some(_) => Err(ExecError::Kernel),
         }
+    }
+
+    /// The last run's step timings as Chrome trace JSON (load it in `chrome://tracing` or
+    /// Perfetto): one event per step and thread with the op, tensor, shape and type. `None`
+    /// unless the executor was made with `trace: true`.
+    pub fn chrome_trace(&self, plan: &Plan) -> Option<String> {
+        let spans = self.spans.as_ref()?;
+        let threads = self.pool.n_threads();
+        let mut events = Vec::new();
+        for (i, step) in plan.steps().iter().enumerate() {
+            let node = plan.graph().node(step.node);
+            for t in 0..threads {
+                let slot = 2 * (i * threads + t);
+                let (start, end) = (
+                    spans[slot].load(Ordering::Relaxed),
+                    spans[slot + 1].load(Ordering::Relaxed),
+                );
+                events.push(format!(
+                    r#"{{"name":"{}","ph":"X","pid":0,"tid":{t},"ts":{:.3},"dur":{:.3},"args":{{"tensor":"{}","shape":{:?},"dtype":"{}"}}}}"#,
+                    node.op.name(),
+                    start as f64 / 1e3,
+                    end.saturating_sub(start) as f64 / 1e3,
+                    json_escape(&node.name),
+                    node.layout.ne,
+                    node.layout.dtype
+                ));
+            }
+        }
+        Some(format!(
+            "{{\"traceEvents\":[\n{}\n]}}\n",
+            events.join(",\n")
+        ))
     }
 
     /// The bytes of contiguous tensor `t` after a run: an output, or a persistent tensor.
@@ -192,4 +290,18 @@ impl Executor {
             .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
             .collect())
     }
+}
+
+/// A string as the inside of a JSON string literal.
+fn json_escape(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            c if (c as u32) < 0x20 => out.push_str(&format!("\\u{:04x}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    out
 }

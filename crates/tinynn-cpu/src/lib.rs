@@ -2,11 +2,12 @@
 //! (persistent thread pool + one arena) against a [`Memory`] (bound weights and persistent
 //! tensors). Kernels live in `kernels/`, one file per op family.
 
+mod backend;
 mod executor;
 mod kernels;
 mod memory;
 pub mod pool;
 pub mod simd;
 
-pub use executor::{ExecError, Executor};
+pub use executor::{ExecError, ExecOptions, Executor};
 pub use memory::{AlignedBuf, Memory, MemoryError};

@@ -150,3 +150,31 @@ fn builder_rejects_bad_shapes_with_errors() {
     let w2 = g.weight("w2", F32, &[32, 2]).unwrap();
     assert!(g.cpy(x, w2).unwrap_err().to_string().contains("weight"));
 }
+
+/// A model-side function that knows only the `Backend` trait.
+fn scaled_sum<B: tinynn_core::backend::Backend>(backend: &mut B, values: &[f32]) -> f32 {
+    let mut g = Graph::new();
+    let x = g.input("x", F32, &[values.len()]).unwrap();
+    let y = g.scale(x, 2.0).unwrap();
+    let s = g.sum(y).unwrap();
+    g.set_output(s).unwrap();
+    let plan = Plan::compile(g);
+    let mut mem = backend.new_memory(&plan);
+    backend
+        .write(&mut mem, &plan, x, &f32_bytes(values))
+        .unwrap();
+    backend.run(&plan, &mut mem).unwrap();
+    let mut out = [0u8; 4];
+    backend.read(&plan, &mem, s, &mut out).unwrap();
+    f32::from_le_bytes(out)
+}
+
+#[test]
+fn models_can_drive_the_cpu_through_the_backend_trait() {
+    let mut g = Graph::new();
+    let x = g.input("x", F32, &[4]).unwrap();
+    g.set_output(x).unwrap();
+    let mut exec = Executor::new(&Plan::compile(g), 2);
+    assert_eq!(tinynn_core::backend::Backend::name(&exec), "cpu");
+    assert_eq!(scaled_sum(&mut exec, &[1.0, 2.0, 3.0, 4.5]), 21.0);
+}

@@ -15,7 +15,7 @@ pub(crate) fn flash_attn(
     a: &StepArgs<'_>,
     ctx: &Ctx<'_>,
 ) {
-    let (q, k, v) = (a.src(0), a.src(1), a.src(2));
+    let k = a.src(1);
     let mut next = 3;
     let mask = has_mask.then(|| {
         next += 1;
@@ -33,34 +33,102 @@ pub(crate) fn flash_attn(
     } else {
         n_kv_all
     };
+    if a.strict {
+        attend::<f64>(scale, softcap, mask, n_kv, a, ctx);
+    } else {
+        attend::<f32>(scale, softcap, mask, n_kv, a, ctx);
+    }
+}
+
+/// The accumulator type of attention: f32 normally, f64 in strict mode.
+trait Acc:
+    Copy
+    + PartialOrd
+    + std::ops::AddAssign
+    + std::ops::MulAssign
+    + std::ops::Mul<Output = Self>
+    + std::ops::Sub<Output = Self>
+{
+    const ZERO: Self;
+    const ONE: Self;
+    const NEG_INF: Self;
+    fn of(x: f32) -> Self;
+    fn exp(self) -> Self;
+    fn tanh(self) -> Self;
+    fn to_f32(self) -> f32;
+    fn recip(self) -> Self;
+}
+
+macro_rules! acc {
+    ($t:ty) => {
+        impl Acc for $t {
+            const ZERO: Self = 0.0;
+            const ONE: Self = 1.0;
+            const NEG_INF: Self = <$t>::NEG_INFINITY;
+            #[inline]
+            fn of(x: f32) -> Self {
+                x as $t
+            }
+            #[inline]
+            fn exp(self) -> Self {
+                <$t>::exp(self)
+            }
+            #[inline]
+            fn tanh(self) -> Self {
+                <$t>::tanh(self)
+            }
+            #[inline]
+            fn to_f32(self) -> f32 {
+                self as f32
+            }
+            #[inline]
+            fn recip(self) -> Self {
+                1.0 / self
+            }
+        }
+    };
+}
+acc!(f32);
+acc!(f64);
+
+fn attend<T: Acc>(
+    scale: f32,
+    softcap: f32,
+    mask: Option<super::RawTensor>,
+    n_kv: usize,
+    a: &StepArgs<'_>,
+    ctx: &Ctx<'_>,
+) {
+    let (q, k, v) = (a.src(0), a.src(1), a.src(2));
     let (d, n_q, n_head) = (q.layout.ne[0], q.layout.ne[1], q.layout.ne[2]);
     let dv = v.layout.ne[0];
     let group = n_head / k.layout.ne[2];
-    let (mut qbuf, mut acc) = ([0f32; MAX_D], [0f32; MAX_D]);
+    let (mut qbuf, mut acc) = ([T::ZERO; MAX_D], [T::ZERO; MAX_D]);
     for job in split(n_q * n_head, ctx.ith, ctx.nth) {
         let (h, i) = (job % n_head, job / n_head);
         let hk = h / group;
         for (j, x) in qbuf[..d].iter_mut().enumerate() {
             // SAFETY: (j, i, h) is inside q.
-            *x = unsafe { q.f32_at([j, i, h, 0]) };
+            *x = T::of(unsafe { q.f32_at([j, i, h, 0]) });
         }
-        acc[..dv].fill(0.0);
-        let (mut max, mut sum) = (f32::NEG_INFINITY, 0f32);
+        acc[..dv].fill(T::ZERO);
+        let (mut max, mut sum) = (T::NEG_INF, T::ZERO);
         for j in 0..n_kv {
-            let mut s = 0f32;
+            let mut s = T::ZERO;
             for (c, &qc) in qbuf[..d].iter().enumerate() {
                 // SAFETY: (c, j, hk) is inside k (j < n_kv ≤ ne1, hk < H_kv).
-                s += qc * unsafe { k.float_at([c, j, hk, 0]) };
+                s += qc * T::of(unsafe { k.float_at([c, j, hk, 0]) });
             }
-            s *= scale;
+            s *= T::of(scale);
             if softcap > 0.0 {
-                s = softcap * (s / softcap).tanh();
+                let cap = T::of(softcap);
+                s = cap * (s * cap.recip()).tanh();
             }
             if let Some(m) = mask {
                 // SAFETY: the mask is [n_kv, ≥ n_q] (builder-checked).
-                s += unsafe { m.f32_at([j, i, 0, 0]) };
+                s += T::of(unsafe { m.f32_at([j, i, 0, 0]) });
             }
-            if s == f32::NEG_INFINITY {
+            if s == T::NEG_INF {
                 continue;
             }
             let weight = if s > max {
@@ -68,21 +136,21 @@ pub(crate) fn flash_attn(
                 acc[..dv].iter_mut().for_each(|x| *x *= shrink);
                 sum *= shrink;
                 max = s;
-                1.0
+                T::ONE
             } else {
                 (s - max).exp()
             };
             for (c, x) in acc[..dv].iter_mut().enumerate() {
                 // SAFETY: (c, j, hk) is inside v.
-                *x += weight * unsafe { v.float_at([c, j, hk, 0]) };
+                *x += weight * T::of(unsafe { v.float_at([c, j, hk, 0]) });
             }
             sum += weight;
         }
-        let inv = if sum > 0.0 { 1.0 / sum } else { 0.0 };
+        let inv = if sum > T::ZERO { sum.recip() } else { T::ZERO };
         let out = a.dst.row_f32_ptr(h, i, 0);
         for (c, &x) in acc[..dv].iter().enumerate() {
             // SAFETY: output row (h, i) is [Dv] contiguous and this thread's.
-            unsafe { out.add(c).write(x * inv) };
+            unsafe { out.add(c).write((x * inv).to_f32()) };
         }
     }
 }

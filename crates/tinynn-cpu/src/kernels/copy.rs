@@ -8,7 +8,7 @@ use tinynn_format::GgmlType;
 use super::{row_index, split, RawTensor, StepArgs, ERR_KERNEL};
 use crate::pool::Ctx;
 
-const CHUNK: usize = 256;
+pub(crate) const CHUNK: usize = 256;
 
 impl RawTensor {
     /// The element at `i` of a float tensor as f32.
@@ -51,7 +51,7 @@ impl RawTensor {
 ///
 /// # Safety
 /// The row is inside `src`; quantized sources have contiguous rows.
-unsafe fn read_chunk(
+pub(crate) unsafe fn read_chunk(
     src: &RawTensor,
     row: (usize, usize, usize),
     c0: usize,

@@ -5,12 +5,15 @@
 use tinynn_core::quant;
 use tinynn_core::tensor::Layout;
 
-use super::copy::convert_row;
+use super::copy::{convert_row, read_chunk, CHUNK};
 use super::{row_index, split, RawTensor, StepArgs, ERR_KERNEL};
 use crate::pool::Ctx;
 use crate::simd;
 
 pub(crate) fn mul_mat(a: &StepArgs<'_>, ctx: &Ctx<'_>) {
+    if a.strict {
+        return mul_mat_strict(a, ctx);
+    }
     let (w, x, dst) = (a.src(0), a.src(1), a.dst);
     let k = w.layout.ne[0];
     let (Ok(dot_ty), Some(dot)) = (
@@ -57,6 +60,41 @@ pub(crate) fn mul_mat(a: &StepArgs<'_>, ctx: &Ctx<'_>) {
                     let v = dot(wrow, xrow);
                     // SAFETY: element (n, mi, i2, i3) is inside dst; column n is this thread's.
                     unsafe { dst.set_float([n, mi, i2, i3], v) };
+                }
+            }
+        }
+    }
+}
+
+/// Reference mode: weights dequantized in chunks, activations used as f32 (not quantized),
+/// products summed in f64.
+fn mul_mat_strict(a: &StepArgs<'_>, ctx: &Ctx<'_>) {
+    let (w, x, dst) = (a.src(0), a.src(1), a.dst);
+    let k = w.layout.ne[0];
+    let [n_out, m, c2, c3] = dst.layout.ne;
+    let (r2, r3) = (c2 / w.layout.ne[2], c3 / w.layout.ne[3]);
+    let mut buf = [0f32; CHUNK];
+    for n in split(n_out, ctx.ith, ctx.nth) {
+        for i3 in 0..c3 {
+            for i2 in 0..c2 {
+                for mi in 0..m {
+                    let mut acc = 0f64;
+                    let mut c0 = 0;
+                    while c0 < k {
+                        let len = CHUNK.min(k - c0);
+                        // SAFETY: weight row n of batch (i2/r2, i3/r3) exists with contiguous rows.
+                        if !unsafe { read_chunk(&w, (n, i2 / r2, i3 / r3), c0, &mut buf[..len]) } {
+                            a.errors.record(ERR_KERNEL, 0);
+                        }
+                        for (j, &wv) in buf[..len].iter().enumerate() {
+                            // SAFETY: (c0 + j, mi, i2, i3) is inside x.
+                            acc += f64::from(wv)
+                                * f64::from(unsafe { x.f32_at([c0 + j, mi, i2, i3]) });
+                        }
+                        c0 += len;
+                    }
+                    // SAFETY: element (n, mi, i2, i3) is inside dst; column n is this thread's.
+                    unsafe { dst.set_float([n, mi, i2, i3], acc as f32) };
                 }
             }
         }

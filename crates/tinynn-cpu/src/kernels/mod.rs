@@ -172,6 +172,8 @@ pub(crate) struct StepArgs<'a> {
     pub work: *mut u8,
     pub work_len: usize,
     pub errors: &'a RunErrors,
+    /// Reference mode: f64 accumulation, activations not quantized.
+    pub strict: bool,
 }
 
 impl StepArgs<'_> {

@@ -61,8 +61,26 @@ pub(crate) fn rope(r: &Rope, has_freq_factors: bool, a: &StepArgs<'_>, ctx: &Ctx
             } else {
                 (interp, mscale_base)
             };
-            let (s, c) = theta.sin_cos();
-            let (s, c) = (s * mscale, c * mscale);
+            let (s, c) = if a.strict {
+                // Reference mode: the angle straight from the formula, in f64.
+                let exact = f64::from(positions[t])
+                    * f64::from(r.freq_base).powf(-2.0 * i as f64 / r.n_dims as f64)
+                    / f64::from(factor);
+                let exact = if r.ext_factor != 0.0 {
+                    let mix = f64::from(ramp(low, high, 2 * i) * r.ext_factor);
+                    exact * f64::from(r.freq_scale) * (1.0 - mix) + exact * mix
+                } else {
+                    exact * f64::from(r.freq_scale)
+                };
+                let (s, c) = exact.sin_cos();
+                (
+                    (s * f64::from(mscale)) as f32,
+                    (c * f64::from(mscale)) as f32,
+                )
+            } else {
+                let (s, c) = theta.sin_cos();
+                (s * mscale, c * mscale)
+            };
             let (i0, i1) = match r.mode {
                 RopeMode::Normal => (2 * i, 2 * i + 1),
                 RopeMode::Neox => (i, i + half),
