@@ -156,6 +156,39 @@ pub enum Op {
     TopK {
         k: usize,
     },
+    /// `a [m, n, ..] ⊗ b [p, n, ..] → [m, p, ..]`: `Σ_k a[i, k]·b[j, k]` (the gradient of mul_mat).
+    OutProd,
+    /// Mixture of experts: for each token t and slot e, expert `ids[e, t]` of src0
+    /// `[K, N, n_expert]` times row `(e mod ne1, t)` of src1 `[K, 1 or n_used, n_tokens]`
+    /// → `[N, n_used, n_tokens]`. src2: I32 ids `[n_used, n_tokens]`.
+    MulMatId,
+    /// `src0 [n, n_used, n_tokens] + src1[:, ids[e, t]]` (per-expert biases); src2: I32 ids.
+    AddId,
+    /// Mamba's causal depthwise convolution: src0 `[d_conv - 1 + n_t, d_inner, n_s]` (state
+    /// then inputs), src1 weights `[d_conv, d_inner]` → `[d_inner, n_t, n_s]`.
+    SsmConv,
+    /// Mamba's selective scan over src0 state `[d_state, d_inner, n_s]`, x `[d_inner, n_t, n_s]`,
+    /// dt `[d_inner, n_t, n_s]`, A `[d_state, d_inner]`, B and C `[d_state, n_t, n_s]` → the outputs
+    /// `[d_inner, n_t, n_s]` followed by the final states `[d_state, d_inner, n_s]`, flat.
+    SsmScan,
+    /// Image patches as columns: src1 input `[IW, IH, IC, N]` (src0 the kernel `[KW, KH, IC, OC]`,
+    /// only its shape is used) → `[IC·KH·KW, OW, OH, N]`, zero outside the image.
+    Im2Col {
+        stride: [usize; 2],
+        pad: [usize; 2],
+        dilation: [usize; 2],
+    },
+    /// Mean over tokens of `-log softmax(src0 [V, n])[label]` for I32 labels src1 `[n]`;
+    /// negative labels are masked out. `[1]`.
+    CrossEntropyLoss,
+    /// One AdamW step, in place: src0 parameter, src1 gradient, src2/src3 first and second
+    /// moments (all F32, same shape), src4 F32 `[7]` hyperparameters
+    /// `[lr, beta1, beta2, eps, weight_decay, 1/(1-beta1^t), 1/(1-beta2^t)]`. The result is the
+    /// updated parameter.
+    AdamW,
+    /// One SGD step with momentum, in place: src0 parameter, src1 gradient, src2 velocity,
+    /// src3 F32 `[3]` hyperparameters `[lr, momentum, weight_decay]`.
+    Sgd,
 }
 
 impl Op {
@@ -200,6 +233,15 @@ impl Op {
             Op::Argmax => "argmax",
             Op::Argsort { .. } => "argsort",
             Op::TopK { .. } => "top_k",
+            Op::OutProd => "out_prod",
+            Op::MulMatId => "mul_mat_id",
+            Op::AddId => "add_id",
+            Op::SsmConv => "ssm_conv",
+            Op::SsmScan => "ssm_scan",
+            Op::Im2Col { .. } => "im2col",
+            Op::CrossEntropyLoss => "cross_entropy_loss",
+            Op::AdamW => "adamw",
+            Op::Sgd => "sgd",
         }
     }
 

@@ -69,11 +69,13 @@ pub struct Plan {
 pub fn work_bytes(graph: &Graph, node: TensorId) -> usize {
     let n = graph.node(node);
     match n.op {
-        Op::MulMat => {
+        Op::MulMat | Op::MulMatId => {
             let (a, b) = (graph.layout(n.src[0]), graph.layout(n.src[1]));
             let dot = quant::vec_dot_type(a.dtype).unwrap_or(a.dtype);
             quant::row_bytes(dot, b.ne[0]).unwrap_or(0) * b.n_rows()
         }
+        // Per-thread partial sums (loss, count) for up to 64 threads.
+        Op::CrossEntropyLoss => 64 * 16,
         _ => 0,
     }
 }
@@ -139,9 +141,12 @@ impl Plan {
         let mut stack: Vec<TensorId> = graph.outputs().to_vec();
         for (i, node) in graph.nodes().iter().enumerate() {
             let id = TensorId(i as u32);
-            if matches!(node.op, Op::Cpy | Op::SetRows)
-                && graph.node(graph.root(id).0).mem == Mem::Persistent
-            {
+            // Computed into another tensor's memory (cpy, set_rows, optimizer steps): when that
+            // memory is persistent, the write is the point.
+            let writes_persistent = node.op.computes()
+                && matches!(node.mem, Mem::Alias { .. })
+                && graph.node(graph.root(id).0).mem == Mem::Persistent;
+            if writes_persistent {
                 stack.push(id);
             }
         }

@@ -4,7 +4,9 @@
 
 mod build;
 mod build_attention;
+mod build_extra;
 mod build_reduce;
+mod build_train;
 mod views;
 
 pub use build_attention::MAX_HEAD_DIM;

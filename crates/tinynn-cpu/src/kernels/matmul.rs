@@ -100,3 +100,30 @@ fn mul_mat_strict(a: &StepArgs<'_>, ctx: &Ctx<'_>) {
         }
     }
 }
+
+/// `dst[i, j, i2, i3] = Σ_k a[i, k, i2/r2, i3/r3] · b[j, k, i2, i3]` (f64 sums in strict mode).
+pub(crate) fn out_prod(a: &StepArgs<'_>, ctx: &Ctx<'_>) {
+    let (x, y, dst) = (a.src(0), a.src(1), a.dst);
+    let [m, p, c2, c3] = dst.layout.ne;
+    let n = x.layout.ne[1];
+    let (r2, r3) = (c2 / x.layout.ne[2], c3 / x.layout.ne[3]);
+    for r in split(p * c2 * c3, ctx.ith, ctx.nth) {
+        let (j, i2, i3) = row_index(&dst.layout, r);
+        for i in 0..m {
+            let (mut acc32, mut acc64) = (0f32, 0f64);
+            for k in 0..n {
+                // SAFETY: (i, k) of a's batch (i2/r2, i3/r3) and (j, k, i2, i3) of b are in bounds.
+                let (u, v) =
+                    unsafe { (x.f32_at([i, k, i2 / r2, i3 / r3]), y.f32_at([j, k, i2, i3])) };
+                if a.strict {
+                    acc64 += f64::from(u) * f64::from(v);
+                } else {
+                    acc32 += u * v;
+                }
+            }
+            let v = if a.strict { acc64 as f32 } else { acc32 };
+            // SAFETY: row (j, i2, i3) of dst is this thread's.
+            unsafe { dst.set_float([i, j, i2, i3], v) };
+        }
+    }
+}

@@ -9,15 +9,18 @@
 //! `// SAFETY:` notes below rely on.
 
 mod attention;
+mod conv;
 mod copy;
 mod elementwise;
 mod matmul;
+mod moe;
 mod norm;
 mod reduce;
 mod rope;
 mod rows;
 mod shape;
 mod softmax;
+mod train;
 
 use std::ops::Range;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -161,8 +164,8 @@ impl RunErrors {
     }
 }
 
-/// Most sources an op has (flash attention: q, k, v, mask, kv_len).
-pub(crate) const MAX_SRC: usize = 5;
+/// Most sources an op has (ssm_scan: state, x, dt, A, B, C).
+pub(crate) const MAX_SRC: usize = 6;
 
 /// Everything one step needs.
 pub(crate) struct StepArgs<'a> {
@@ -248,5 +251,18 @@ pub(crate) fn compute(a: &StepArgs<'_>, ctx: &Ctx<'_>) {
         Op::Argmax => reduce::argmax(a, ctx),
         Op::Argsort { descending } => reduce::argsort(descending, a, ctx),
         Op::TopK { k } => reduce::top_k(k, a, ctx),
+        Op::OutProd => matmul::out_prod(a, ctx),
+        Op::MulMatId => moe::mul_mat_id(a, ctx),
+        Op::AddId => moe::add_id(a, ctx),
+        Op::SsmConv => conv::ssm_conv(a, ctx),
+        Op::SsmScan => conv::ssm_scan(a, ctx),
+        Op::Im2Col {
+            stride,
+            pad,
+            dilation,
+        } => conv::im2col(stride, pad, dilation, a, ctx),
+        Op::CrossEntropyLoss => train::cross_entropy_loss(a, ctx),
+        Op::AdamW => train::adamw(a, ctx),
+        Op::Sgd => train::sgd(a, ctx),
     }
 }

@@ -1,0 +1,120 @@
+//! Builders for training: the loss and the optimizer steps (which update persistent tensors
+//! in place).
+
+use tinynn_format::GgmlType;
+
+use super::{err, Graph, Mem, Result};
+use crate::ops::Op;
+use crate::tensor::{Layout, TensorId};
+
+const F32: GgmlType = GgmlType::F32;
+
+impl Graph {
+    /// Mean over tokens of `-log softmax(logits)[label]`; logits `[V, n]`, labels I32 `[n]`,
+    /// negative labels masked out (the mean is over the rest; 0 when none is left).
+    pub fn cross_entropy_loss(&mut self, logits: TensorId, labels: TensorId) -> Result<TensorId> {
+        const OP: &str = "cross_entropy_loss";
+        let ll = self.f32_rows(OP, logits)?;
+        self.check_id(OP, labels)?;
+        let lb = *self.layout(labels);
+        if lb.dtype != GgmlType::I32
+            || lb.ne != [ll.ne[1] * ll.ne[2] * ll.ne[3], 1, 1, 1]
+            || !lb.is_contiguous()
+        {
+            return err(
+                OP,
+                format!(
+                    "labels must be contiguous I32 [{}], got {} {:?}",
+                    ll.n_rows(),
+                    lb.dtype,
+                    lb.ne
+                ),
+            );
+        }
+        Ok(self.computed(
+            Op::CrossEntropyLoss,
+            Layout::contiguous(F32, [1, 1, 1, 1]),
+            vec![logits, labels],
+        ))
+    }
+
+    fn optimizer_operands(
+        &self,
+        op: &'static str,
+        param: TensorId,
+        state: &[TensorId],
+        hp: TensorId,
+        n_hp: usize,
+    ) -> Result<()> {
+        let lp = self.f32_operand(op, param)?;
+        if !lp.is_contiguous() || self.node(self.root(param).0).mem != Mem::Persistent {
+            return err(
+                op,
+                "the parameter must be a contiguous persistent F32 tensor",
+            );
+        }
+        for &t in state {
+            let l = self.f32_operand(op, t)?;
+            if l.ne != lp.ne || !l.is_contiguous() {
+                return err(
+                    op,
+                    format!(
+                        "gradient and state must be contiguous like the parameter {:?}, got {:?}",
+                        lp.ne, l.ne
+                    ),
+                );
+            }
+        }
+        let lh = self.f32_operand(op, hp)?;
+        if lh.ne != [n_hp, 1, 1, 1] {
+            return err(op, format!("hyperparameters must be F32 [{n_hp}]"));
+        }
+        Ok(())
+    }
+
+    fn in_place(&mut self, op: Op, param: TensorId, src: Vec<TensorId>) -> TensorId {
+        let layout = *self.layout(param);
+        let id = self.computed(op, layout, src);
+        self.nodes[id.index()].mem = Mem::Alias {
+            base: param,
+            offset: 0,
+        };
+        id
+    }
+
+    /// One AdamW step on `param` (persistent) with `grad`, moments `m`, `v` (persistent) and
+    /// hyperparameters `hp` F32 `[7]`: `[lr, beta1, beta2, eps, weight_decay, 1/(1-beta1^t),
+    /// 1/(1-beta2^t)]`, read at run time so schedules need no rebuild.
+    pub fn adamw_step(
+        &mut self,
+        param: TensorId,
+        grad: TensorId,
+        m: TensorId,
+        v: TensorId,
+        hp: TensorId,
+    ) -> Result<TensorId> {
+        self.optimizer_operands("adamw", param, &[grad, m, v], hp, 7)?;
+        for t in [m, v] {
+            if self.node(self.root(t).0).mem != Mem::Persistent {
+                return err("adamw", "moments must be persistent");
+            }
+        }
+        Ok(self.in_place(Op::AdamW, param, vec![param, grad, m, v, hp]))
+    }
+
+    /// One SGD step with momentum: `vel = momentum·vel + grad; param = param·(1 − lr·wd) − lr·vel`,
+    /// hyperparameters `hp` F32 `[3]`: `[lr, momentum, weight_decay]`.
+    pub fn sgd_step(
+        &mut self,
+        param: TensorId,
+        grad: TensorId,
+        velocity: TensorId,
+        hp: TensorId,
+    ) -> Result<TensorId> {
+        self.optimizer_operands("sgd", param, &[grad, velocity], hp, 3)?;
+        if self.node(self.root(velocity).0).mem != Mem::Persistent {
+            return err("sgd", "the velocity must be persistent");
+        }
+        Ok(self.in_place(Op::Sgd, param, vec![param, grad, velocity, hp]))
+    }
+}

@@ -1,0 +1,95 @@
+//! Mixture of experts: a matrix product per (token, slot) with the expert its id names, and
+//! per-expert biases.
+
+use tinynn_core::quant;
+use tinynn_core::tensor::Layout;
+
+use super::copy::convert_row;
+use super::{row_index, split, RawTensor, StepArgs, ERR_INDEX, ERR_KERNEL};
+use crate::pool::Ctx;
+use crate::simd;
+
+/// Expert id `(e, t)`, or `None` (recorded as an error) when it names no expert.
+fn expert(
+    a: &StepArgs<'_>,
+    ids: &[i32],
+    n_used: usize,
+    e: usize,
+    t: usize,
+    n_expert: usize,
+) -> Option<usize> {
+    let id = ids[e + n_used * t];
+    if id < 0 || id as usize >= n_expert {
+        a.errors.record(ERR_INDEX, id as u32);
+        return None;
+    }
+    Some(id as usize)
+}
+
+pub(crate) fn mul_mat_id(a: &StepArgs<'_>, ctx: &Ctx<'_>) {
+    let (w, x, ids_t, dst) = (a.src(0), a.src(1), a.src(2), a.dst);
+    // SAFETY: ids are contiguous I32 [n_used, n_tokens] (builder-checked).
+    let ids = unsafe { ids_t.i32s() };
+    let k = w.layout.ne[0];
+    let (Ok(dot_ty), Some(dot)) = (
+        quant::vec_dot_type(w.layout.dtype),
+        simd::dot_fn(w.layout.dtype),
+    ) else {
+        a.errors.record(ERR_KERNEL, 0);
+        return;
+    };
+    let Ok(row_b) = quant::row_bytes(dot_ty, k) else {
+        a.errors.record(ERR_KERNEL, 0);
+        return;
+    };
+    let x_rows = x.layout.n_rows();
+    if row_b * x_rows > a.work_len {
+        a.errors.record(ERR_KERNEL, 0);
+        return;
+    }
+    let work = RawTensor {
+        ptr: a.work,
+        layout: Layout::contiguous(dot_ty, [k, x_rows, 1, 1]),
+    };
+    for r in split(x_rows, ctx.ith, ctx.nth) {
+        // SAFETY: row r of x exists; work row r is inside the work buffer and this thread's.
+        if !unsafe { convert_row(&x, row_index(&x.layout, r), &work, (r, 0, 0)) } {
+            a.errors.record(ERR_KERNEL, 0);
+        }
+    }
+    ctx.barrier();
+    let [n_out, n_used, n_tok, _] = dst.layout.ne;
+    let (b1, n_expert) = (x.layout.ne[1], w.layout.ne[2]);
+    for n in split(n_out, ctx.ith, ctx.nth) {
+        for t in 0..n_tok {
+            for e in 0..n_used {
+                let v = match expert(a, ids, n_used, e, t, n_expert) {
+                    // SAFETY: expert row n exists; the work row was written before the barrier.
+                    Some(ex) => unsafe { dot(w.row(n, ex, 0), work.row(e % b1 + b1 * t, 0, 0)) },
+                    None => 0.0,
+                };
+                // SAFETY: element (n, e, t) is inside dst; column n is this thread's.
+                unsafe { dst.set_float([n, e, t, 0], v) };
+            }
+        }
+    }
+}
+
+pub(crate) fn add_id(a: &StepArgs<'_>, ctx: &Ctx<'_>) {
+    let (x, b, ids_t, dst) = (a.src(0), a.src(1), a.src(2), a.dst);
+    // SAFETY: ids are contiguous I32 [n_used, n_tokens] (builder-checked).
+    let ids = unsafe { ids_t.i32s() };
+    let [n, n_used, _, _] = dst.layout.ne;
+    for r in split(dst.layout.n_rows(), ctx.ith, ctx.nth) {
+        let (e, t, _) = row_index(&dst.layout, r);
+        let bias = expert(a, ids, n_used, e, t, b.layout.ne[1]);
+        let out = dst.row_f32_ptr(e, t, 0);
+        for i in 0..n {
+            // SAFETY: (i, e, t) is inside x and dst (this thread's row); bias row ex exists.
+            unsafe {
+                let v = x.f32_at([i, e, t, 0]) + bias.map_or(0.0, |ex| b.f32_at([i, ex, 0, 0]));
+                out.add(i).write(v);
+            }
+        }
+    }
+}
