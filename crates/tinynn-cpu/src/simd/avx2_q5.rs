@@ -17,7 +17,7 @@ use super::avx2::{f16_at, hsum, nibbles};
 /// and its 16 nibble bytes at `qs`.
 #[inline]
 #[target_feature(enable = "avx2")]
-unsafe fn values5(qh: *const u8, qs: *const u8) -> __m256i {
+pub(super) unsafe fn values5(qh: *const u8, qs: *const u8) -> __m256i {
     // SAFETY: the caller passes 4 readable bytes at `qh` and 16 at `qs`.
     let (bits, low) = unsafe { ((qh as *const u32).read_unaligned(), nibbles(qs)) };
     // Byte j gets byte j / 8 of qh (the shuffle works per 128-bit lane, and both lanes hold

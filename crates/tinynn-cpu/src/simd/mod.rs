@@ -71,6 +71,7 @@ impl Isa {
                     && is_x86_feature_detected!("avx512bw")
                     && is_x86_feature_detected!("avx512vl")
                     && is_x86_feature_detected!("avx512vnni");
+                // The kernels use AVX2/F16C helpers too; those were checked above.
                 if vnni {
                     out.push(Isa::Avx512Vnni);
                 }
