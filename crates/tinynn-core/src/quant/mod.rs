@@ -244,6 +244,45 @@ pub fn quantize_row(ty: GgmlType, src: &[f32], dst: &mut [u8]) -> Result<(), Qua
     }
 }
 
+/// Quantizes activations for a dot product the way ggml's x86 SIMD path does at run time
+/// (`quantize_row_q8_0`/`q8_1` with AVX2): the same blocks as [`quantize_row`] except that the
+/// inverse scale is `127 / amax` and values round half to even. Weights in files come from the
+/// reference quantizer; activations of a running model come from this one, which is what makes
+/// dot products (and so greedy text) agree with llama.cpp to the last bit. Other types are
+/// quantized by [`quantize_row`].
+pub fn quantize_activations(ty: GgmlType, src: &[f32], dst: &mut [u8]) -> Result<(), QuantError> {
+    fn q8(x: &[f32], qs: &mut [i8; 32]) -> (f32, i32) {
+        let amax = x.iter().fold(0f32, |m, v| m.max(v.abs()));
+        let id = if amax != 0.0 { 127.0 / amax } else { 0.0 };
+        let mut sum = 0;
+        for (q, &v) in qs.iter_mut().zip(x) {
+            *q = (v * id).round_ties_even() as i8;
+            sum += i32::from(*q);
+        }
+        (amax / 127.0, sum)
+    }
+    match ty {
+        GgmlType::Q8_0 => {
+            let blocks = blocks_mut::<Q8_0>(dst, src.len(), "destination")?;
+            for (x, b) in src.chunks_exact(32).zip(blocks.iter_mut()) {
+                let (d, _) = q8(x, &mut b.qs);
+                b.d = half::F16Le::from_f32(d);
+            }
+            Ok(())
+        }
+        GgmlType::Q8_1 => {
+            let blocks = blocks_mut::<Q8_1>(dst, src.len(), "destination")?;
+            for (x, b) in src.chunks_exact(32).zip(blocks.iter_mut()) {
+                let (d, sum) = q8(x, &mut b.qs);
+                b.d = half::F16Le::from_f32(d);
+                b.s = half::F16Le::from_f32(d * sum as f32);
+            }
+            Ok(())
+        }
+        _ => quantize_row(ty, src, dst),
+    }
+}
+
 /// Dot product of `n` elements: `x` of type `ty`, `y` of `vec_dot_type(ty)`.
 pub fn vec_dot(ty: GgmlType, n: usize, x: &[u8], y: &[u8]) -> Result<f32, QuantError> {
     with_format!(ty, F => {

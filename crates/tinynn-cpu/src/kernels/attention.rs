@@ -1,6 +1,9 @@
 //! Fused attention (online softmax over the kv rows, one query row and head at a time) and
 //! causal masking.
 
+use tinynn_core::quant::half;
+use tinynn_format::GgmlType;
+
 use super::{row_index, split, StepArgs, ERR_KERNEL};
 use crate::pool::Ctx;
 
@@ -35,8 +38,79 @@ pub(crate) fn flash_attn(
     };
     if a.strict {
         attend::<f64>(scale, softcap, mask, n_kv, a, ctx);
+    } else if a.src(2).layout.dtype == GgmlType::F16 && k.layout.dtype == GgmlType::F16 {
+        attend_f16_cache(scale, softcap, mask, n_kv, a, ctx);
     } else {
         attend::<f32>(scale, softcap, mask, n_kv, a, ctx);
+    }
+}
+
+/// Attention over an F16 cache with ggml's rounding: q rounded to f16, scores as f16·f16
+/// products, and the value sum kept in f16 (each multiply-add and each rescale rounded), the
+/// way llama.cpp's CPU flash attention computes it. This is what makes greedy output match
+/// llama.cpp where two tokens are within a few thousandths.
+fn attend_f16_cache(
+    scale: f32,
+    softcap: f32,
+    mask: Option<super::RawTensor>,
+    n_kv: usize,
+    a: &StepArgs<'_>,
+    ctx: &Ctx<'_>,
+) {
+    let r16 = |x: f32| half::f16_to_f32(half::f32_to_f16(x));
+    let (q, k, v) = (a.src(0), a.src(1), a.src(2));
+    let (d, n_q, n_head) = (q.layout.ne[0], q.layout.ne[1], q.layout.ne[2]);
+    let dv = v.layout.ne[0];
+    let group = n_head / k.layout.ne[2];
+    let (mut qbuf, mut acc) = ([0f32; MAX_D], [0f32; MAX_D]);
+    for job in split(n_q * n_head, ctx.ith, ctx.nth) {
+        let (h, i) = (job % n_head, job / n_head);
+        let hk = h / group;
+        for (j, x) in qbuf[..d].iter_mut().enumerate() {
+            // SAFETY: (j, i, h) is inside q.
+            *x = r16(unsafe { q.f32_at([j, i, h, 0]) });
+        }
+        acc[..dv].fill(0.0);
+        let (mut max, mut sum) = (f32::NEG_INFINITY, 0f32);
+        for j in 0..n_kv {
+            let mut dot = 0f64;
+            for (c, &qc) in qbuf[..d].iter().enumerate() {
+                // SAFETY: (c, j, hk) is inside k.
+                dot += f64::from(qc * unsafe { k.float_at([c, j, hk, 0]) });
+            }
+            let mut s = dot as f32 * scale;
+            if softcap > 0.0 {
+                s = softcap * (s / softcap).tanh();
+            }
+            if let Some(m) = mask {
+                // SAFETY: the mask is [n_kv, ≥ n_q] (builder-checked).
+                s += unsafe { m.f32_at([j, i, 0, 0]) };
+            }
+            if s == f32::NEG_INFINITY {
+                continue;
+            }
+            let (mut ms, mut vs) = (1f32, 1f32);
+            if s > max {
+                ms = (max - s).exp();
+                max = s;
+                if ms != 1.0 {
+                    acc[..dv].iter_mut().for_each(|x| *x = r16(*x * ms));
+                }
+            } else {
+                vs = (s - max).exp();
+            }
+            for (c, x) in acc[..dv].iter_mut().enumerate() {
+                // SAFETY: (c, j, hk) is inside v.
+                *x = r16(*x + unsafe { v.float_at([c, j, hk, 0]) } * vs);
+            }
+            sum = sum * ms + vs;
+        }
+        let inv = if sum > 0.0 { 1.0 / sum } else { 0.0 };
+        let out = a.dst.row_f32_ptr(h, i, 0);
+        for (c, &x) in acc[..dv].iter().enumerate() {
+            // SAFETY: output row (h, i) is [Dv] contiguous and this thread's.
+            unsafe { out.add(c).write(x * inv) };
+        }
     }
 }
 

@@ -74,11 +74,18 @@ pub(crate) unsafe fn read_chunk(
     true
 }
 
-/// Writes `buf` as elements `c0..` of row `(i1, i2, i3)` of `dst`.
+/// Writes `buf` as elements `c0..` of row `(i1, i2, i3)` of `dst`; `activations` selects the
+/// run-time activation quantizer (see `quant::quantize_activations`).
 ///
 /// # Safety
 /// The row is inside `dst` and belongs to this thread; quantized destinations have contiguous rows.
-unsafe fn write_chunk(dst: &RawTensor, row: (usize, usize, usize), c0: usize, buf: &[f32]) -> bool {
+unsafe fn write_chunk(
+    dst: &RawTensor,
+    row: (usize, usize, usize),
+    c0: usize,
+    buf: &[f32],
+    activations: bool,
+) -> bool {
     let (i1, i2, i3) = row;
     let ty = dst.layout.dtype;
     if ty.is_quantized() {
@@ -87,7 +94,12 @@ unsafe fn write_chunk(dst: &RawTensor, row: (usize, usize, usize), c0: usize, bu
         let len = buf.len() / l.block_elems as usize * l.block_bytes as usize;
         // SAFETY: contiguous row owned by this thread (caller).
         let bytes = unsafe { &mut dst.row_mut(i1, i2, i3)[start..start + len] };
-        return quant::quantize_row(ty, buf, bytes).is_ok();
+        let done = if activations {
+            quant::quantize_activations(ty, buf, bytes)
+        } else {
+            quant::quantize_row(ty, buf, bytes)
+        };
+        return done.is_ok();
     }
     for (j, &v) in buf.iter().enumerate() {
         // SAFETY: c0 + j < ne0; this thread's row.
@@ -106,6 +118,33 @@ pub(crate) unsafe fn convert_row(
     dst: &RawTensor,
     dst_row: (usize, usize, usize),
 ) -> bool {
+    // SAFETY: forwarded from the caller.
+    unsafe { convert(src, src_row, dst, dst_row, false) }
+}
+
+/// [`convert_row`] for a matrix product's activations (the run-time Q8 quantizer).
+///
+/// # Safety
+/// As [`convert_row`].
+pub(crate) unsafe fn convert_activations(
+    src: &RawTensor,
+    src_row: (usize, usize, usize),
+    dst: &RawTensor,
+    dst_row: (usize, usize, usize),
+) -> bool {
+    // SAFETY: forwarded from the caller.
+    unsafe { convert(src, src_row, dst, dst_row, true) }
+}
+
+/// # Safety
+/// As [`convert_row`].
+unsafe fn convert(
+    src: &RawTensor,
+    src_row: (usize, usize, usize),
+    dst: &RawTensor,
+    dst_row: (usize, usize, usize),
+    activations: bool,
+) -> bool {
     let n = dst.layout.ne[0];
     let mut buf = [0f32; CHUNK];
     let mut c0 = 0;
@@ -114,7 +153,7 @@ pub(crate) unsafe fn convert_row(
         // SAFETY: forwarded from the caller.
         let ok = unsafe {
             read_chunk(src, src_row, c0, &mut buf[..len])
-                && write_chunk(dst, dst_row, c0, &buf[..len])
+                && write_chunk(dst, dst_row, c0, &buf[..len], activations)
         };
         if !ok {
             return false;

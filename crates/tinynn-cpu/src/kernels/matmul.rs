@@ -5,7 +5,7 @@
 use tinynn_core::quant;
 use tinynn_core::tensor::Layout;
 
-use super::copy::{convert_row, read_chunk, CHUNK};
+use super::copy::{convert_activations, read_chunk, CHUNK};
 use super::{row_index, split, RawTensor, StepArgs, ERR_KERNEL};
 use crate::pool::Ctx;
 use crate::simd;
@@ -40,7 +40,7 @@ pub(crate) fn mul_mat(a: &StepArgs<'_>, ctx: &Ctx<'_>) {
     for r in split(x_rows, ctx.ith, ctx.nth) {
         // SAFETY: row r of x exists; work row r is inside the work buffer (checked above) and
         // belongs to this thread.
-        if !unsafe { convert_row(&x, row_index(&x.layout, r), &work, (r, 0, 0)) } {
+        if !unsafe { convert_activations(&x, row_index(&x.layout, r), &work, (r, 0, 0)) } {
             a.errors.record(ERR_KERNEL, 0);
         }
     }

@@ -1,0 +1,45 @@
+//! tinynn-models: transformer architectures as graphs, from a typed [`ModelConfig`] and the
+//! weights of a GGUF file.
+//!
+//! - [`llama`]: the Llama family's decoder (Llama 2/3, SmolLM/SmolLM2, TinyLlama, Mistral).
+//! - [`session`]: a model bound to an executor with its KV cache; one decode step per token.
+//! - [`vocab`]: token strings from GGUF metadata and byte-level (GPT-2 style) detokenization.
+//!
+//! [`ModelConfig`]: tinynn_format::model_config::ModelConfig
+
+pub mod llama;
+pub mod session;
+pub mod vocab;
+
+/// Why a model could not be loaded or run.
+#[derive(Debug, thiserror::Error)]
+pub enum ModelError {
+    #[error(transparent)]
+    Format(#[from] tinynn_format::Error),
+    #[error("model config: {0}")]
+    Config(#[from] tinynn_format::model_config::ConfigError),
+    #[error(transparent)]
+    Gguf(#[from] tinynn_format::GgufError),
+    #[error("building the graph: {0}")]
+    Graph(#[from] tinynn_core::graph::GraphError),
+    #[error(transparent)]
+    Memory(#[from] tinynn_cpu::MemoryError),
+    #[error(transparent)]
+    Exec(#[from] tinynn_cpu::ExecError),
+    #[error("tensor '{0}' is missing from the model file")]
+    MissingTensor(String),
+    #[error("tensor '{name}' has shape {got:?}, the config implies {want:?}")]
+    TensorShape {
+        name: String,
+        got: Vec<u64>,
+        want: Vec<u64>,
+    },
+    #[error("architecture '{0}' is not supported yet")]
+    UnsupportedArchitecture(String),
+    #[error("the context is full: {0} tokens")]
+    ContextFull(usize),
+    #[error("{0}")]
+    Invalid(String),
+}
+
+pub type Result<T> = std::result::Result<T, ModelError>;

@@ -1,0 +1,213 @@
+//! The Llama-family decoder as a graph: token embedding, `n_layer` blocks of RMSNorm → GQA
+//! attention with RoPE → residual → RMSNorm → SwiGLU MLP → residual, final RMSNorm, output head
+//! (tied to the embedding when the file has no `output.weight`).
+//!
+//! The decode graph handles one token. Its position and the cache length are run-time inputs,
+//! so it is compiled once and reused for every token: the new K/V rows are written into the
+//! persistent caches with `set_rows` at the position, and attention reads the first `kv_len`
+//! cache rows.
+
+use tinynn_core::graph::Graph;
+use tinynn_core::ops::{Rope, RopeMode};
+use tinynn_core::tensor::TensorId;
+use tinynn_format::gguf::GgufFile;
+use tinynn_format::model_config::{Architecture, ModelConfig, RopeScaling};
+use tinynn_format::GgmlType;
+
+use crate::{ModelError, Result};
+
+/// The numbers the graph needs, derived from the config.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LlamaHparams {
+    pub n_embd: usize,
+    pub n_layer: usize,
+    pub n_head: usize,
+    pub n_head_kv: usize,
+    pub head_dim: usize,
+    pub n_ff: usize,
+    pub n_vocab: usize,
+    pub norm_eps: f32,
+    pub rope: Rope,
+}
+
+impl LlamaHparams {
+    pub fn from_config(c: &ModelConfig) -> Result<LlamaHparams> {
+        let mode = match c.architecture {
+            Architecture::Llama | Architecture::Mistral => RopeMode::Normal,
+            ref other => {
+                return Err(ModelError::UnsupportedArchitecture(
+                    other.name().to_string(),
+                ))
+            }
+        };
+        let missing = |what: &str| ModelError::Invalid(format!("the model config lacks {what}"));
+        let head_dim = c.head_dim as usize;
+        let mut rope = Rope::new(
+            mode,
+            c.rope_dims.map_or(head_dim, |d| d as usize),
+            c.rope_freq_base.unwrap_or(10_000.0) as f32,
+        );
+        match &c.rope_scaling {
+            RopeScaling::None => {}
+            RopeScaling::Linear { factor } if *factor > 0.0 => {
+                rope.freq_scale = (1.0 / factor) as f32
+            }
+            other => {
+                return Err(ModelError::Invalid(format!(
+                    "RoPE scaling {other:?} is not supported yet"
+                )))
+            }
+        }
+        Ok(LlamaHparams {
+            n_embd: c.n_embd as usize,
+            n_layer: c.n_layer as usize,
+            n_head: c.n_head as usize,
+            n_head_kv: c.n_head_kv as usize,
+            head_dim,
+            n_ff: c.n_ff.ok_or_else(|| missing("the feed-forward length"))? as usize,
+            n_vocab: c.n_vocab.ok_or_else(|| missing("the vocabulary size"))? as usize,
+            norm_eps: c.norm_eps.unwrap_or(1e-5) as f32,
+            rope,
+        })
+    }
+}
+
+/// A decode graph and the tensors a session feeds and reads.
+pub struct DecodeGraph {
+    pub graph: Graph,
+    pub hparams: LlamaHparams,
+    /// I32 `[1]`: the token to run.
+    pub token: TensorId,
+    /// I32 `[1]`: its position.
+    pub pos: TensorId,
+    /// I32 `[1]`: cache rows valid after this token (`pos + 1`).
+    pub kv_len: TensorId,
+    /// F32 `[n_vocab, 1]`.
+    pub logits: TensorId,
+    /// Graph weights and the GGUF tensors that back them.
+    pub weights: Vec<(TensorId, String)>,
+    pub n_ctx: usize,
+}
+
+struct Builder<'a> {
+    g: Graph,
+    file: &'a GgufFile,
+    weights: Vec<(TensorId, String)>,
+}
+
+impl Builder<'_> {
+    /// A weight leaf for GGUF tensor `name`, whose dims must be `dims` (ggml order).
+    fn weight(&mut self, name: &str, dims: &[usize]) -> Result<TensorId> {
+        let info = self
+            .file
+            .gguf()
+            .tensor_info(name)
+            .ok_or_else(|| ModelError::MissingTensor(name.to_string()))?;
+        let want: Vec<u64> = dims.iter().map(|&d| d as u64).collect();
+        if info.dims != want {
+            return Err(ModelError::TensorShape {
+                name: name.to_string(),
+                got: info.dims.clone(),
+                want,
+            });
+        }
+        let t = self.g.weight(name, info.ggml_type, dims)?;
+        self.weights.push((t, name.to_string()));
+        Ok(t)
+    }
+
+    fn has(&self, name: &str) -> bool {
+        self.file.gguf().tensor_info(name).is_some()
+    }
+
+    /// `rms_norm(x) * weight`.
+    fn norm(&mut self, x: TensorId, weight: &str, eps: f32, n: usize) -> Result<TensorId> {
+        let w = self.weight(weight, &[n])?;
+        let h = self.g.rms_norm(x, eps)?;
+        Ok(self.g.mul(h, w)?)
+    }
+}
+
+/// Builds the one-token decode graph of a Llama-family model with a KV cache of `n_ctx` rows.
+pub fn decode_graph(file: &GgufFile, config: &ModelConfig, n_ctx: usize) -> Result<DecodeGraph> {
+    let hp = LlamaHparams::from_config(config)?;
+    if n_ctx == 0 {
+        return Err(ModelError::Invalid(
+            "the context must hold at least one token".into(),
+        ));
+    }
+    let mut b = Builder {
+        g: Graph::new(),
+        file,
+        weights: Vec::new(),
+    };
+    let (e, hd, nh, nkv) = (hp.n_embd, hp.head_dim, hp.n_head, hp.n_head_kv);
+    let n_embd_kv = hd * nkv;
+    let token = b.g.input("token", GgmlType::I32, &[1])?;
+    let pos = b.g.input("pos", GgmlType::I32, &[1])?;
+    let kv_len = b.g.input("kv_len", GgmlType::I32, &[1])?;
+    let tok_embd = b.weight("token_embd.weight", &[e, hp.n_vocab])?;
+    let mut x = b.g.get_rows(tok_embd, token)?; // [e, 1]
+    let scale = 1.0 / (hd as f32).sqrt();
+    for l in 0..hp.n_layer {
+        let p = |s: &str| format!("blk.{l}.{s}.weight");
+        // Attention.
+        let h = b.norm(x, &p("attn_norm"), hp.norm_eps, e)?;
+        let wq = b.weight(&p("attn_q"), &[e, nh * hd])?;
+        let wk = b.weight(&p("attn_k"), &[e, n_embd_kv])?;
+        let wv = b.weight(&p("attn_v"), &[e, n_embd_kv])?;
+        let q = b.g.mul_mat(wq, h)?;
+        let q = b.g.reshape(q, &[hd, nh, 1])?;
+        let q = b.g.rope(q, pos, hp.rope)?;
+        let k = b.g.mul_mat(wk, h)?;
+        let k = b.g.reshape(k, &[hd, nkv, 1])?;
+        let k = b.g.rope(k, pos, hp.rope)?;
+        let k = b.g.reshape(k, &[n_embd_kv, 1])?;
+        let v = b.g.mul_mat(wv, h)?; // [n_embd_kv, 1]
+        let k_cache =
+            b.g.persistent(&format!("cache_k.{l}"), GgmlType::F16, &[n_embd_kv, n_ctx])?;
+        let v_cache =
+            b.g.persistent(&format!("cache_v.{l}"), GgmlType::F16, &[n_embd_kv, n_ctx])?;
+        b.g.set_rows(k_cache, k, pos)?;
+        b.g.set_rows(v_cache, v, pos)?;
+        let row = n_embd_kv * 2;
+        let kview = b.g.view(k_cache, &[hd, n_ctx, nkv], &[row, hd * 2], 0)?;
+        let vview = b.g.view(v_cache, &[hd, n_ctx, nkv], &[row, hd * 2], 0)?;
+        let qh = b.g.permute(q, [0, 2, 1, 3])?; // [hd, 1, nh]
+        let att =
+            b.g.flash_attn(qh, kview, vview, None, Some(kv_len), scale, 0.0)?; // [hd, nh, 1]
+        let att = b.g.reshape(att, &[nh * hd, 1])?;
+        let wo = b.weight(&p("attn_output"), &[nh * hd, e])?;
+        let o = b.g.mul_mat(wo, att)?;
+        x = b.g.add(x, o)?;
+        // Feed-forward.
+        let h = b.norm(x, &p("ffn_norm"), hp.norm_eps, e)?;
+        let wg = b.weight(&p("ffn_gate"), &[e, hp.n_ff])?;
+        let wu = b.weight(&p("ffn_up"), &[e, hp.n_ff])?;
+        let wd = b.weight(&p("ffn_down"), &[hp.n_ff, e])?;
+        let gate = b.g.mul_mat(wg, h)?;
+        let up = b.g.mul_mat(wu, h)?;
+        let act = b.g.swiglu(gate, up)?;
+        let down = b.g.mul_mat(wd, act)?;
+        x = b.g.add(x, down)?;
+    }
+    let h = b.norm(x, "output_norm.weight", hp.norm_eps, e)?;
+    let head = if b.has("output.weight") {
+        b.weight("output.weight", &[e, hp.n_vocab])?
+    } else {
+        tok_embd
+    };
+    let logits = b.g.mul_mat(head, h)?;
+    b.g.set_name(logits, "logits")?;
+    b.g.set_output(logits)?;
+    Ok(DecodeGraph {
+        graph: b.g,
+        hparams: hp,
+        token,
+        pos,
+        kv_len,
+        logits,
+        weights: b.weights,
+        n_ctx,
+    })
+}

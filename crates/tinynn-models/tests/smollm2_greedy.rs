@@ -1,0 +1,77 @@
+//! The real SmolLM2-135M-Instruct Q4_1: greedy decoding of `The capital of France is` gives
+//! llama.cpp's 48-token continuation (the issue's reference, llama.cpp 0c1e570).
+//!
+//! llama.cpp's own top-2 gap at generated step 14 is 0.0048 (" 1" vs " 2" in "311"); the
+//! issue accepts a divergence exactly there if our gap is also below 0.01. The test checks
+//! every other step exactly, feeding llama.cpp's token at step 14 so the rest stays comparable.
+
+use tinynn_cpu::ExecOptions;
+use tinynn_format::gguf::GgufFile;
+use tinynn_format::model_cache::ensure_default_model;
+use tinynn_models::session::{argmax, Session};
+use tinynn_models::vocab::Vocab;
+
+const PROMPT: [u32; 5] = [504, 3575, 282, 4649, 314];
+const LLAMA_CPP_IDS: [u32; 22] = [
+    7042, 30, 198, 198, 504, 1797, 1918, 553, 253, 2155, 282, 4723, 216, 35, 33, 33, 2215, 701, 30,
+    198, 198, 504,
+];
+const LLAMA_CPP_TEXT: &str = " Paris.\n\nThe United States has a population of approximately 311 million people.\n\nThe United States has a population of approximately 311 million people.\n\nThe United States has a population of approximately 3";
+/// The step where llama.cpp itself is within 0.0048 of choosing the other digit.
+const CLOSE_STEP: usize = 14;
+
+#[test]
+fn greedy_continuation_matches_llama_cpp() {
+    let file = GgufFile::open(ensure_default_model().unwrap()).unwrap();
+    let vocab = Vocab::from_gguf(file.gguf()).unwrap();
+    let opts = ExecOptions {
+        threads: 2,
+        ..ExecOptions::default()
+    };
+    let mut s = Session::new(&file, 256, opts).unwrap();
+    let mut logits = Vec::new();
+    for &t in &PROMPT {
+        logits = s.eval(t).unwrap().to_vec();
+    }
+    let mut out = Vec::new();
+    for step in 0..48 {
+        let mut next = argmax(&logits);
+        if step == CLOSE_STEP {
+            let (l1, l2) = (logits[33], logits[34]);
+            eprintln!("step {step}: logit(\"1\" = 33) {l1:.4}, logit(\"2\" = 34) {l2:.4}, gap {:.4}, ours {next}", (l1 - l2).abs());
+            if next != 33 {
+                assert!(
+                    next == 34 && (l1 - l2).abs() < 0.01,
+                    "step {step}: token {next}, gap {}",
+                    (l1 - l2).abs()
+                );
+                next = 33;
+            }
+        }
+        if let Some(&want) = LLAMA_CPP_IDS.get(step) {
+            assert_eq!(
+                next,
+                want,
+                "step {step}: text so far {:?}",
+                String::from_utf8_lossy(&vocab.decode(&out))
+            );
+        }
+        out.push(next);
+        logits = s.eval(next).unwrap().to_vec();
+    }
+    assert_eq!(String::from_utf8_lossy(&vocab.decode(&out)), LLAMA_CPP_TEXT);
+}
+
+#[test]
+fn session_errors_are_clear() {
+    let file = GgufFile::open(ensure_default_model().unwrap()).unwrap();
+    let mut s = Session::new(&file, 2, ExecOptions::default()).unwrap();
+    assert_eq!(s.n_ctx(), 2);
+    let err = s.eval(49152).err().unwrap().to_string();
+    assert!(err.contains("49152") && err.contains("out of range"), "{err}");
+    s.reset();
+    s.eval(1).unwrap();
+    s.eval(2).unwrap();
+    let err = s.eval(3).err().unwrap().to_string();
+    assert_eq!(err, "the context is full: 2 tokens");
+}
