@@ -1,6 +1,7 @@
 //! `tnn`: the tinynn command line.
 
 mod inspect;
+mod plan;
 
 use std::process::ExitCode;
 
@@ -21,12 +22,15 @@ struct Cli {
 enum Command {
     /// Show what a model file (GGUF, safetensors) or Hugging Face model directory holds.
     Inspect(inspect::InspectArgs),
+    /// Show the memory plans (arena layout) of a model's decode and prefill passes.
+    Plan(plan::PlanArgs),
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Inspect(args) => inspect::run(&args),
+        Command::Plan(args) => plan::run(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -36,5 +40,14 @@ fn main() -> ExitCode {
             eprintln!("error: {msg}");
             ExitCode::FAILURE
         }
+    }
+}
+
+/// Writes `out` to stdout; a closed pipe (e.g. `| head`) is not an error worth reporting.
+pub(crate) fn print(out: &str) -> anyhow::Result<()> {
+    use std::io::Write;
+    match std::io::stdout().lock().write_all(out.as_bytes()) {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        other => Ok(other?),
     }
 }

@@ -170,3 +170,23 @@ fn other_bad_inputs_are_one_line_errors() {
         );
     }
 }
+
+#[test]
+fn plan_prints_decode_and_prefill_layouts() {
+    let out = run_measured(
+        tnn()
+            .args(["plan", "-c", "256", "-b", "32", "-m"])
+            .arg(real_model()),
+    );
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    let s = &out.stdout;
+    assert!(s.contains("== decode plan (1 token), context 256"), "{s}");
+    assert!(
+        s.contains("== prefill plan (32 tokens), context 256"),
+        "{s}"
+    );
+    assert_eq!(s.matches("arena: ").count(), 2, "{s}");
+    assert!(s.contains("logits") && s.contains("flash_attn"), "{s}");
+    let out = run_measured(tnn().args(["plan", "-m", "/nonexistent.gguf"]));
+    assert_eq!(out.code, Some(1));
+}

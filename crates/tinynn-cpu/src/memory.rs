@@ -61,6 +61,8 @@ pub enum MemoryError {
     },
     #[error("weight '{0}' is not bound")]
     Unbound(String),
+    #[error("persistent tensor '{0}' is lent to another memory")]
+    NotPresent(String),
     #[error("'{name}' is {dtype}, not {want}")]
     WrongType {
         name: String,
@@ -78,10 +80,23 @@ pub struct Memory<'w> {
 impl<'w> Memory<'w> {
     /// Unbound weights and zeroed persistent tensors for `plan`.
     pub fn new(plan: &Plan) -> Memory<'w> {
+        Memory::new_sharing(plan, &[])
+    }
+
+    /// Like [`Memory::new`], but the persistent tensors in `shared` get no buffer of their own:
+    /// another memory owns them and lends them with [`Memory::swap_persistent`] before a run
+    /// (a run without them is an error).
+    pub fn new_sharing(plan: &Plan, shared: &[TensorId]) -> Memory<'w> {
         let persistent = plan
             .persistents()
             .iter()
-            .map(|&t| AlignedBuf::zeroed(plan.graph().layout(t).contiguous_bytes()))
+            .map(|t| {
+                AlignedBuf::zeroed(if shared.contains(t) {
+                    0
+                } else {
+                    plan.graph().layout(*t).contiguous_bytes()
+                })
+            })
             .collect();
         Memory {
             weights: vec![None; plan.weights().len()],
@@ -189,7 +204,43 @@ impl<'w> Memory<'w> {
         Ok(())
     }
 
+    /// Exchanges persistent tensor `t` of this memory with persistent tensor `other_t` of
+    /// `other` (two plans sharing state, e.g. a KV cache used by a prefill plan and a decode
+    /// plan). Both must have the same size; nothing is copied.
+    pub fn swap_persistent(
+        &mut self,
+        plan: &Plan,
+        t: TensorId,
+        other: &mut Memory<'_>,
+        other_plan: &Plan,
+        other_t: TensorId,
+    ) -> Result<(), MemoryError> {
+        let slot = |p: &Plan, t: TensorId| match p.location(t).map(|l| l.region) {
+            Some(Region::Persistent(s)) => Ok(s as usize),
+            _ => Err(MemoryError::NotPersistent(Memory::name(p, t))),
+        };
+        let (a, b) = (slot(plan, t)?, slot(other_plan, other_t)?);
+        // Each side must receive a buffer of its tensor's size (or give away a placeholder).
+        let need_a = plan.graph().layout(t).contiguous_bytes();
+        let need_b = other_plan.graph().layout(other_t).contiguous_bytes();
+        let (has_a, has_b) = (self.persistent[a].len(), other.persistent[b].len());
+        if need_a != need_b || (has_b != need_a && has_a != need_b) {
+            return Err(MemoryError::WrongSize {
+                name: Memory::name(plan, t),
+                need: need_a,
+                got: has_b,
+            });
+        }
+        std::mem::swap(&mut self.persistent[a], &mut other.persistent[b]);
+        Ok(())
+    }
+
     pub(crate) fn check_bound(&self, plan: &Plan) -> Result<(), MemoryError> {
+        for (buf, &t) in self.persistent.iter().zip(plan.persistents()) {
+            if buf.len() != plan.graph().layout(t).contiguous_bytes() {
+                return Err(MemoryError::NotPresent(Memory::name(plan, t)));
+            }
+        }
         match self.weights.iter().position(Option::is_none) {
             Some(slot) => Err(MemoryError::Unbound(Memory::name(
                 plan,

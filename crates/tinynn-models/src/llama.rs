@@ -2,10 +2,11 @@
 //! attention with RoPE → residual → RMSNorm → SwiGLU MLP → residual, final RMSNorm, output head
 //! (tied to the embedding when the file has no `output.weight`).
 //!
-//! The decode graph handles one token. Its position and the cache length are run-time inputs,
-//! so it is compiled once and reused for every token: the new K/V rows are written into the
-//! persistent caches with `set_rows` at the position, and attention reads the first `kv_len`
-//! cache rows.
+//! A forward graph handles `n_tokens` tokens at once (1 for decoding, a batch for prefill).
+//! Positions and the cache length are run-time inputs, so a graph is compiled once and reused
+//! for every call: the new K/V rows are written into the persistent caches with `set_rows` at
+//! their positions, and attention reads the first `kv_len` cache rows (with a causal mask when
+//! several tokens go at once). Only the last token's logits are computed.
 
 use tinynn_core::graph::Graph;
 use tinynn_core::ops::{Rope, RopeMode};
@@ -72,17 +73,23 @@ impl LlamaHparams {
     }
 }
 
-/// A decode graph and the tensors a session feeds and reads.
-pub struct DecodeGraph {
+/// A forward graph and the tensors a session feeds and reads.
+pub struct ForwardGraph {
     pub graph: Graph,
     pub hparams: LlamaHparams,
-    /// I32 `[1]`: the token to run.
-    pub token: TensorId,
-    /// I32 `[1]`: its position.
+    pub n_tokens: usize,
+    /// I32 `[n_tokens]`: the tokens to run.
+    pub tokens: TensorId,
+    /// I32 `[n_tokens]`: their positions.
     pub pos: TensorId,
-    /// I32 `[1]`: cache rows valid after this token (`pos + 1`).
+    /// I32 `[1]`: cache rows valid after these tokens (last position + 1).
     pub kv_len: TensorId,
-    /// F32 `[n_vocab, 1]`.
+    /// F32 `[n_ctx, n_tokens]`: 0 where token i may attend to cache row j, -inf elsewhere
+    /// (only when `n_tokens > 1`; one token attends to every valid row).
+    pub mask: Option<TensorId>,
+    /// The persistent K and V caches, per layer.
+    pub caches: Vec<TensorId>,
+    /// F32 `[n_vocab, 1]`: the logits after the last token.
     pub logits: TensorId,
     /// Graph weights and the GGUF tensors that back them.
     pub weights: Vec<(TensorId, String)>,
@@ -128,9 +135,20 @@ impl Builder<'_> {
     }
 }
 
-/// Builds the one-token decode graph of a Llama-family model with a KV cache of `n_ctx` rows.
-pub fn decode_graph(file: &GgufFile, config: &ModelConfig, n_ctx: usize) -> Result<DecodeGraph> {
+/// Builds the forward graph of a Llama-family model for `n_tokens` tokens with a KV cache of
+/// `n_ctx` rows.
+pub fn forward_graph(
+    file: &GgufFile,
+    config: &ModelConfig,
+    n_ctx: usize,
+    n_tokens: usize,
+) -> Result<ForwardGraph> {
     let hp = LlamaHparams::from_config(config)?;
+    if n_tokens == 0 || n_tokens > n_ctx {
+        return Err(ModelError::Invalid(format!(
+            "a batch of {n_tokens} tokens does not fit a context of {n_ctx}"
+        )));
+    }
     if n_ctx == 0 {
         return Err(ModelError::Invalid(
             "the context must hold at least one token".into(),
@@ -143,11 +161,18 @@ pub fn decode_graph(file: &GgufFile, config: &ModelConfig, n_ctx: usize) -> Resu
     };
     let (e, hd, nh, nkv) = (hp.n_embd, hp.head_dim, hp.n_head, hp.n_head_kv);
     let n_embd_kv = hd * nkv;
-    let token = b.g.input("token", GgmlType::I32, &[1])?;
-    let pos = b.g.input("pos", GgmlType::I32, &[1])?;
+    let n = n_tokens;
+    let tokens = b.g.input("tokens", GgmlType::I32, &[n])?;
+    let pos = b.g.input("pos", GgmlType::I32, &[n])?;
     let kv_len = b.g.input("kv_len", GgmlType::I32, &[1])?;
+    let mask = if n > 1 {
+        Some(b.g.input("mask", GgmlType::F32, &[n_ctx, n])?)
+    } else {
+        None
+    };
+    let mut caches = Vec::with_capacity(2 * hp.n_layer);
     let tok_embd = b.weight("token_embd.weight", &[e, hp.n_vocab])?;
-    let mut x = b.g.get_rows(tok_embd, token)?; // [e, 1]
+    let mut x = b.g.get_rows(tok_embd, tokens)?; // [e, n]
     let scale = 1.0 / (hd as f32).sqrt();
     for l in 0..hp.n_layer {
         let p = |s: &str| format!("blk.{l}.{s}.weight");
@@ -157,26 +182,27 @@ pub fn decode_graph(file: &GgufFile, config: &ModelConfig, n_ctx: usize) -> Resu
         let wk = b.weight(&p("attn_k"), &[e, n_embd_kv])?;
         let wv = b.weight(&p("attn_v"), &[e, n_embd_kv])?;
         let q = b.g.mul_mat(wq, h)?;
-        let q = b.g.reshape(q, &[hd, nh, 1])?;
+        let q = b.g.reshape(q, &[hd, nh, n])?;
         let q = b.g.rope(q, pos, hp.rope)?;
         let k = b.g.mul_mat(wk, h)?;
-        let k = b.g.reshape(k, &[hd, nkv, 1])?;
+        let k = b.g.reshape(k, &[hd, nkv, n])?;
         let k = b.g.rope(k, pos, hp.rope)?;
-        let k = b.g.reshape(k, &[n_embd_kv, 1])?;
-        let v = b.g.mul_mat(wv, h)?; // [n_embd_kv, 1]
+        let k = b.g.reshape(k, &[n_embd_kv, n])?;
+        let v = b.g.mul_mat(wv, h)?; // [n_embd_kv, n]
         let k_cache =
             b.g.persistent(&format!("cache_k.{l}"), GgmlType::F16, &[n_embd_kv, n_ctx])?;
         let v_cache =
             b.g.persistent(&format!("cache_v.{l}"), GgmlType::F16, &[n_embd_kv, n_ctx])?;
+        caches.extend([k_cache, v_cache]);
         b.g.set_rows(k_cache, k, pos)?;
         b.g.set_rows(v_cache, v, pos)?;
         let row = n_embd_kv * 2;
         let kview = b.g.view(k_cache, &[hd, n_ctx, nkv], &[row, hd * 2], 0)?;
         let vview = b.g.view(v_cache, &[hd, n_ctx, nkv], &[row, hd * 2], 0)?;
-        let qh = b.g.permute(q, [0, 2, 1, 3])?; // [hd, 1, nh]
+        let qh = b.g.permute(q, [0, 2, 1, 3])?; // [hd, n, nh]
         let att =
-            b.g.flash_attn(qh, kview, vview, None, Some(kv_len), scale, 0.0)?; // [hd, nh, 1]
-        let att = b.g.reshape(att, &[nh * hd, 1])?;
+            b.g.flash_attn(qh, kview, vview, mask, Some(kv_len), scale, 0.0)?; // [hd, nh, n]
+        let att = b.g.reshape(att, &[nh * hd, n])?;
         let wo = b.weight(&p("attn_output"), &[nh * hd, e])?;
         let o = b.g.mul_mat(wo, att)?;
         x = b.g.add(x, o)?;
@@ -191,7 +217,10 @@ pub fn decode_graph(file: &GgufFile, config: &ModelConfig, n_ctx: usize) -> Resu
         let down = b.g.mul_mat(wd, act)?;
         x = b.g.add(x, down)?;
     }
-    let h = b.norm(x, "output_norm.weight", hp.norm_eps, e)?;
+    // Only the last token's logits: [e, 1] from [e, n].
+    let last = b.g.view(x, &[e, 1], &[e * 4], (n - 1) * e * 4)?;
+    let last = b.g.cont(last)?;
+    let h = b.norm(last, "output_norm.weight", hp.norm_eps, e)?;
     let head = if b.has("output.weight") {
         b.weight("output.weight", &[e, hp.n_vocab])?
     } else {
@@ -200,12 +229,15 @@ pub fn decode_graph(file: &GgufFile, config: &ModelConfig, n_ctx: usize) -> Resu
     let logits = b.g.mul_mat(head, h)?;
     b.g.set_name(logits, "logits")?;
     b.g.set_output(logits)?;
-    Ok(DecodeGraph {
+    Ok(ForwardGraph {
         graph: b.g,
         hparams: hp,
-        token,
+        n_tokens: n,
+        tokens,
         pos,
         kv_len,
+        mask,
+        caches,
         logits,
         weights: b.weights,
         n_ctx,

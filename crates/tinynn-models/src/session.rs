@@ -1,54 +1,119 @@
-//! A model ready to run: its decode plan, bound weights, KV cache and executor.
+//! A model ready to run: forward plans (one per batch size used), bound weights, one KV cache
+//! and one executor. Prefill runs the prompt in batches of up to `n_batch` tokens; decoding runs
+//! the one-token plan. The cache tensors move (without copying) into whichever plan's memory
+//! runs next.
 
 use tinynn_core::plan::Plan;
 use tinynn_cpu::{ExecOptions, Executor, Memory};
 use tinynn_format::gguf::GgufFile;
 use tinynn_format::model_config::ModelConfig;
 
-use crate::llama::{decode_graph, DecodeGraph};
+use crate::llama::{forward_graph, ForwardGraph};
 use crate::{ModelError, Result};
 
-pub struct Session<'m> {
-    io: DecodeGraph,
+/// One compiled forward pass and its memory.
+struct Pass<'m> {
+    io: ForwardGraph,
     plan: Plan,
     mem: Memory<'m>,
+}
+
+pub struct Session<'m> {
+    file: &'m GgufFile,
+    config: ModelConfig,
+    n_ctx: usize,
+    n_batch: usize,
+    passes: Vec<Pass<'m>>,
+    /// Index of the pass whose memory holds the KV cache.
+    cache_home: usize,
     exec: Executor,
     n_past: usize,
     logits: Vec<f32>,
+    mask: Vec<f32>,
 }
 
 impl<'m> Session<'m> {
-    /// Builds, plans and binds the model in `file` with a context of `n_ctx` tokens.
+    /// Loads the model in `file` with a context of `n_ctx` tokens (at most the trained one) and
+    /// prompt batches of up to 512 tokens.
     pub fn new(file: &'m GgufFile, n_ctx: usize, opts: ExecOptions) -> Result<Session<'m>> {
         let config = ModelConfig::from_gguf(file.gguf())?;
-        let n_ctx = n_ctx.min(config.n_ctx_train.map_or(n_ctx, |c| c as usize));
-        let io = decode_graph(file, &config, n_ctx)?;
+        let n_ctx = n_ctx
+            .min(config.n_ctx_train.map_or(n_ctx, |c| c as usize))
+            .max(1);
+        let decode = Session::pass(file, &config, n_ctx, 1, true)?;
+        let exec = Executor::with_options(&decode.plan, opts);
+        let n_vocab = decode.io.hparams.n_vocab;
+        Ok(Session {
+            file,
+            config,
+            n_ctx,
+            n_batch: 512.min(n_ctx),
+            passes: vec![decode],
+            cache_home: 0,
+            exec,
+            n_past: 0,
+            logits: vec![0.0; n_vocab],
+            mask: Vec::new(),
+        })
+    }
+
+    /// A compiled pass; only the first (`owns_cache`) allocates the KV cache, the others borrow it.
+    fn pass(
+        file: &'m GgufFile,
+        config: &ModelConfig,
+        n_ctx: usize,
+        n_tokens: usize,
+        owns_cache: bool,
+    ) -> Result<Pass<'m>> {
+        let io = forward_graph(file, config, n_ctx, n_tokens)?;
         let plan = Plan::compile(io.graph.clone());
-        let mut mem = Memory::new(&plan);
+        let shared: &[_] = if owns_cache { &[] } else { &io.caches };
+        let mut mem = Memory::new_sharing(&plan, shared);
         for (t, name) in &io.weights {
             let view = file
                 .tensor(name)
                 .ok_or_else(|| ModelError::MissingTensor(name.clone()))?;
             mem.bind_weight(&plan, *t, view.data)?;
         }
-        let exec = Executor::with_options(&plan, opts);
-        let n_vocab = io.hparams.n_vocab;
-        Ok(Session {
-            io,
-            plan,
-            mem,
-            exec,
-            n_past: 0,
-            logits: vec![0.0; n_vocab],
-        })
+        Ok(Pass { io, plan, mem })
     }
 
+    /// The decode plan (one token).
     pub fn plan(&self) -> &Plan {
-        &self.plan
+        &self.passes[0].plan
+    }
+
+    /// The plan for a batch of `n` tokens, built on first use.
+    pub fn plan_for(&mut self, n: usize) -> Result<&Plan> {
+        let i = self.pass_index(n)?;
+        Ok(&self.passes[i].plan)
+    }
+
+    fn pass_index(&mut self, n: usize) -> Result<usize> {
+        if let Some(i) = self.passes.iter().position(|p| p.io.n_tokens == n) {
+            return Ok(i);
+        }
+        // Keep the decode pass and one prefill pass: a new batch size replaces the old one.
+        if self.passes.len() == 2 {
+            self.bring_cache(0)?;
+            self.passes.pop();
+        }
+        let pass = Session::pass(self.file, &self.config, self.n_ctx, n, false)?;
+        self.passes.push(pass);
+        Ok(self.passes.len() - 1)
     }
 
     pub fn n_ctx(&self) -> usize {
-        self.io.n_ctx
+        self.n_ctx
+    }
+
+    /// Largest prompt batch.
+    pub fn n_batch(&self) -> usize {
+        self.n_batch
+    }
+
+    pub fn set_n_batch(&mut self, n: usize) {
+        self.n_batch = n.clamp(1, self.n_ctx);
     }
 
     /// Tokens in the cache.
@@ -56,29 +121,89 @@ impl<'m> Session<'m> {
         self.n_past
     }
 
-    /// Forgets the cached tokens (the cache rows are overwritten as new tokens come).
+    /// Forgets the cached tokens (their rows are overwritten as new tokens come).
     pub fn reset(&mut self) {
         self.n_past = 0;
     }
 
-    /// Runs `token` at the next position and returns the logits for the token after it.
-    pub fn eval(&mut self, token: u32) -> Result<&[f32]> {
-        if self.n_past >= self.io.n_ctx {
-            return Err(ModelError::ContextFull(self.io.n_ctx));
+    /// Moves the KV cache into pass `to`'s memory.
+    fn bring_cache(&mut self, to: usize) -> Result<()> {
+        if to == self.cache_home {
+            return Ok(());
         }
-        let pos = self.n_past as i32;
-        let token = i32::try_from(token)
-            .map_err(|_| ModelError::Invalid(format!("token id {token} is too large")))?;
-        self.mem.write_i32(&self.plan, self.io.token, &[token])?;
-        self.mem.write_i32(&self.plan, self.io.pos, &[pos])?;
-        self.mem.write_i32(&self.plan, self.io.kv_len, &[pos + 1])?;
-        self.exec.run(&self.plan, &mut self.mem)?;
-        self.n_past += 1;
-        let bytes = self.exec.bytes(&self.plan, &self.mem, self.io.logits)?;
+        let (a, b) = if to < self.cache_home {
+            let (lo, hi) = self.passes.split_at_mut(self.cache_home);
+            (&mut lo[to], &mut hi[0])
+        } else {
+            let (lo, hi) = self.passes.split_at_mut(to);
+            (&mut hi[0], &mut lo[self.cache_home])
+        };
+        for (&ta, &tb) in a.io.caches.iter().zip(&b.io.caches) {
+            a.mem
+                .swap_persistent(&a.plan, ta, &mut b.mem, &b.plan, tb)?;
+        }
+        self.cache_home = to;
+        Ok(())
+    }
+
+    /// Runs `tokens` at the next positions (in batches) and returns the logits after the last.
+    pub fn eval_batch(&mut self, tokens: &[u32]) -> Result<&[f32]> {
+        if tokens.is_empty() {
+            return Err(ModelError::Invalid("no tokens to evaluate".into()));
+        }
+        if self.n_past + tokens.len() > self.n_ctx {
+            return Err(ModelError::ContextFull(self.n_ctx));
+        }
+        for chunk in tokens.chunks(self.n_batch) {
+            self.run_chunk(chunk)?;
+        }
+        Ok(&self.logits)
+    }
+
+    /// Runs one token at the next position and returns the logits after it.
+    pub fn eval(&mut self, token: u32) -> Result<&[f32]> {
+        self.eval_batch(&[token])
+    }
+
+    fn run_chunk(&mut self, chunk: &[u32]) -> Result<()> {
+        let n = chunk.len();
+        let i = self.pass_index(n)?;
+        self.bring_cache(i)?;
+        let start = self.n_past;
+        let ids: Vec<i32> = chunk
+            .iter()
+            .map(|&t| {
+                i32::try_from(t)
+                    .map_err(|_| ModelError::Invalid(format!("token id {t} is too large")))
+            })
+            .collect::<Result<_>>()?;
+        let pos: Vec<i32> = (start..start + n).map(|p| p as i32).collect();
+        let pass = &mut self.passes[i];
+        pass.mem.write_i32(&pass.plan, pass.io.tokens, &ids)?;
+        pass.mem.write_i32(&pass.plan, pass.io.pos, &pos)?;
+        pass.mem
+            .write_i32(&pass.plan, pass.io.kv_len, &[(start + n) as i32])?;
+        if let Some(mask) = pass.io.mask {
+            // Token q (at position start + q) sees cache rows 0..=start + q.
+            self.mask.clear();
+            for q in 0..n {
+                self.mask.extend((0..self.n_ctx).map(|j| {
+                    if j <= start + q {
+                        0.0
+                    } else {
+                        f32::NEG_INFINITY
+                    }
+                }));
+            }
+            pass.mem.write_f32(&pass.plan, mask, &self.mask)?;
+        }
+        self.exec.run(&pass.plan, &mut pass.mem)?;
+        self.n_past += n;
+        let bytes = self.exec.bytes(&pass.plan, &pass.mem, pass.io.logits)?;
         for (l, c) in self.logits.iter_mut().zip(bytes.chunks_exact(4)) {
             *l = f32::from_le_bytes([c[0], c[1], c[2], c[3]]);
         }
-        Ok(&self.logits)
+        Ok(())
     }
 }
 

@@ -29,10 +29,8 @@ fn greedy_continuation_matches_llama_cpp() {
         ..ExecOptions::default()
     };
     let mut s = Session::new(&file, 256, opts).unwrap();
-    let mut logits = Vec::new();
-    for &t in &PROMPT {
-        logits = s.eval(t).unwrap().to_vec();
-    }
+    // The prompt goes in one batch (as llama.cpp runs it), then one token at a time.
+    let mut logits = s.eval_batch(&PROMPT).unwrap().to_vec();
     let mut out = Vec::new();
     for step in 0..48 {
         let mut next = argmax(&logits);
@@ -68,10 +66,55 @@ fn session_errors_are_clear() {
     let mut s = Session::new(&file, 2, ExecOptions::default()).unwrap();
     assert_eq!(s.n_ctx(), 2);
     let err = s.eval(49152).err().unwrap().to_string();
-    assert!(err.contains("49152") && err.contains("out of range"), "{err}");
+    assert!(
+        err.contains("49152") && err.contains("out of range"),
+        "{err}"
+    );
     s.reset();
     s.eval(1).unwrap();
     s.eval(2).unwrap();
     let err = s.eval(3).err().unwrap().to_string();
     assert_eq!(err, "the context is full: 2 tokens");
+}
+
+#[test]
+fn batched_prefill_equals_token_by_token() {
+    let file = GgufFile::open(ensure_default_model().unwrap()).unwrap();
+    let opts = ExecOptions {
+        threads: 2,
+        ..ExecOptions::default()
+    };
+    let mut one = Session::new(&file, 64, opts).unwrap();
+    let mut want = Vec::new();
+    for &t in &PROMPT {
+        want = one.eval(t).unwrap().to_vec();
+    }
+    let mut batched = Session::new(&file, 64, opts).unwrap();
+    batched.set_n_batch(3); // batches of 3 then 2: two prefill plans and a cache hand-over
+    let got = batched.eval_batch(&PROMPT).unwrap().to_vec();
+    let max_diff = got
+        .iter()
+        .zip(&want)
+        .map(|(a, b)| (a - b).abs())
+        .fold(0f32, f32::max);
+    assert!(
+        max_diff < 1e-3,
+        "batched prefill logits differ by {max_diff}"
+    );
+    assert_eq!(argmax(&got), 7042);
+    // Decoding continues from the batched cache exactly as from the sequential one.
+    let (a, b) = (
+        one.eval(7042).unwrap().to_vec(),
+        batched.eval(7042).unwrap().to_vec(),
+    );
+    let max_diff = a
+        .iter()
+        .zip(&b)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0f32, f32::max);
+    assert!(
+        max_diff < 1e-3,
+        "decode after batched prefill differs by {max_diff}"
+    );
+    assert_eq!(batched.n_past(), 6);
 }

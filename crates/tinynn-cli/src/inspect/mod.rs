@@ -37,11 +37,5 @@ pub fn run(args: &InspectArgs) -> Result<()> {
     } else {
         text::render(&report)
     };
-    use std::io::Write;
-    let mut stdout = std::io::stdout().lock();
-    // A closed pipe (e.g. `| head`) is not an error worth reporting.
-    match stdout.write_all(out.as_bytes()) {
-        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
-        other => Ok(other?),
-    }
+    crate::print(&out)
 }

@@ -1,0 +1,59 @@
+//! `tnn plan`: how a model's forward passes are laid out in memory — the decode plan (one token)
+//! and the prefill plan (a batch) — buffer by buffer, with the arena total against the sum.
+
+use std::path::PathBuf;
+
+use anyhow::{Context, Result};
+use clap::Args;
+use tinynn_cpu::ExecOptions;
+use tinynn_format::gguf::GgufFile;
+use tinynn_models::session::Session;
+
+#[derive(Args)]
+pub struct PlanArgs {
+    /// Model file (default: SmolLM2-135M-Instruct Q4_1 from the cache, fetched if missing).
+    #[arg(short = 'm', long = "model")]
+    pub model: Option<PathBuf>,
+    /// Context length (KV cache rows).
+    #[arg(short = 'c', long = "ctx-size", default_value_t = 4096)]
+    pub ctx: usize,
+    /// Prompt batch size of the prefill plan.
+    #[arg(short = 'b', long = "batch-size", default_value_t = 512)]
+    pub batch: usize,
+    /// Print only the summary line of each plan.
+    #[arg(long)]
+    pub summary: bool,
+}
+
+pub fn run(args: &PlanArgs) -> Result<()> {
+    let path = match &args.model {
+        Some(p) => p.clone(),
+        None => tinynn_format::model_cache::ensure_default_model()?,
+    };
+    let file = GgufFile::open(&path)?;
+    let mut session = Session::new(&file, args.ctx, ExecOptions::default())
+        .with_context(|| format!("loading {}", path.display()))?;
+    let mut out = String::new();
+    let batch = args.batch.clamp(1, session.n_ctx());
+    for (title, n) in [("decode plan (1 token)", 1), ("prefill plan", batch)] {
+        let plan = session.plan_for(n)?;
+        let report = plan.layout_report();
+        let title = if n == 1 {
+            title.to_string()
+        } else {
+            format!("{title} ({n} tokens)")
+        };
+        out.push_str(&format!(
+            "== {title}, context {}\n",
+            args.ctx.min(session.n_ctx())
+        ));
+        if args.summary {
+            out.push_str(report.lines().last().unwrap_or_default());
+            out.push('\n');
+        } else {
+            out.push_str(&report);
+        }
+        out.push('\n');
+    }
+    crate::print(&out)
+}
