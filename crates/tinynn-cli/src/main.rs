@@ -2,6 +2,7 @@
 
 mod inspect;
 mod plan;
+mod run;
 
 use std::process::ExitCode;
 
@@ -20,6 +21,8 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Generate text from a prompt (default model: SmolLM2-135M-Instruct Q4_1).
+    Run(run::RunArgs),
     /// Show what a model file (GGUF, safetensors) or Hugging Face model directory holds.
     Inspect(inspect::InspectArgs),
     /// Show the memory plans (arena layout) of a model's decode and prefill passes.
@@ -29,6 +32,7 @@ enum Command {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
+        Command::Run(args) => run::run(&args),
         Command::Inspect(args) => inspect::run(&args),
         Command::Plan(args) => plan::run(&args),
     };

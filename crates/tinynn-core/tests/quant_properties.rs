@@ -3,7 +3,8 @@
 //! dequantize-then-f32, and clear errors for bad rows.
 
 use tinynn_core::quant::{
-    dequantize_row, quantize_row, row_bytes, vec_dot, vec_dot_type, QuantError, SUPPORTED,
+    dequantize_row, has_quantizer, quantize_row, row_bytes, vec_dot, vec_dot_type, QuantError,
+    SUPPORTED,
 };
 use tinynn_format::GgmlType;
 
@@ -34,8 +35,9 @@ fn dequantized(ty: GgmlType, q: &[u8], n: usize) -> Vec<f32> {
     out
 }
 
-/// Types with a quantizer, and ggml's MAX_QUANTIZATION_TOTAL_ERROR for each.
-const QUANTIZERS: [(GgmlType, f64); 10] = [
+/// Types with a quantizer, and ggml's bound for each: MAX_QUANTIZATION_TOTAL_ERROR (0.002),
+/// or the looser _2BITS (0.0075) and _3BITS (0.0040) bounds for Q2_K and Q3_K.
+const QUANTIZERS: [(GgmlType, f64); 15] = [
     (GgmlType::F32, 0.0),
     (GgmlType::F16, 0.002),
     (GgmlType::Bf16, 0.002),
@@ -45,6 +47,11 @@ const QUANTIZERS: [(GgmlType, f64); 10] = [
     (GgmlType::Q5_1, 0.002),
     (GgmlType::Q8_0, 0.002),
     (GgmlType::Q8_1, 0.002),
+    (GgmlType::Q2K, 0.0075),
+    (GgmlType::Q3K, 0.0040),
+    (GgmlType::Q4K, 0.002),
+    (GgmlType::Q5K, 0.002),
+    (GgmlType::Q6K, 0.002),
     (GgmlType::Q8K, 0.002),
 ];
 
@@ -81,36 +88,11 @@ fn requantizing_a_dequantized_row_is_stable() {
     }
 }
 
-/// Weights for every supported weight type: quantized from synthetic data where we have a
-/// quantizer, otherwise random bytes with sane f16 scales (K-quants).
+/// Weights for every supported weight type: synthetic data through its quantizer (every
+/// supported type has one).
 fn weights(ty: GgmlType, seed: u64) -> Vec<u8> {
-    if QUANTIZERS.iter().any(|&(t, _)| t == ty) {
-        return quantized(ty, &synthetic(seed as f32));
-    }
-    let mut state = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    let mut bytes: Vec<u8> = (0..row_bytes(ty, N).unwrap())
-        .map(|_| {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            state as u8
-        })
-        .collect();
-    let block = ty.layout().block_bytes as usize;
-    let scale_offsets: &[usize] = match ty {
-        GgmlType::Q2K => &[80, 82],
-        GgmlType::Q3K => &[108],
-        GgmlType::Q4K | GgmlType::Q5K => &[0, 2],
-        GgmlType::Q6K => &[208],
-        _ => &[],
-    };
-    let small = half::f16::from_f32(0.01).to_bits().to_le_bytes();
-    for b in bytes.chunks_exact_mut(block) {
-        for &o in scale_offsets {
-            b[o..o + 2].copy_from_slice(&small);
-        }
-    }
-    bytes
+    assert!(has_quantizer(ty), "{ty} has no quantizer");
+    quantized(ty, &synthetic(seed as f32))
 }
 
 #[test]
@@ -176,9 +158,13 @@ fn bad_rows_are_clear_errors() {
         Err(QuantError::Unsupported(GgmlType::Iq2Xxs))
     );
     assert_eq!(
-        quantize_row(GgmlType::Q4K, &[0.0; 256], &mut [0; 144]),
-        Err(QuantError::NoQuantizer(GgmlType::Q4K))
+        quantize_row(GgmlType::Iq2Xxs, &[0.0; 256], &mut [0; 66]),
+        Err(QuantError::Unsupported(GgmlType::Iq2Xxs))
     );
+    assert!(matches!(
+        quantize_row(GgmlType::Q4K, &[0.0; 256], &mut [0; 143]),
+        Err(QuantError::WrongLength { need: 144, .. })
+    ));
     assert!(
         vec_dot(GgmlType::Q4_1, 32, &[0; 20], &[0; 34]).is_err(),
         "y must be Q8_1 (36 bytes)"

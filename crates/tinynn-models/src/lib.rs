@@ -8,7 +8,9 @@
 //! [`ModelConfig`]: tinynn_format::model_config::ModelConfig
 
 pub mod llama;
+pub mod sampling;
 pub mod session;
+pub mod tokenizer;
 pub mod vocab;
 
 /// Why a model could not be loaded or run.

@@ -8,6 +8,7 @@ mod float;
 mod format;
 pub mod half;
 mod k_common;
+mod k_quantize;
 mod q2_k;
 mod q3_k;
 mod q4_0;
@@ -44,8 +45,6 @@ use tinynn_format::GgmlType;
 pub enum QuantError {
     #[error("{0} is not supported by the engine yet")]
     Unsupported(GgmlType),
-    #[error("quantizing to {0} is not implemented yet (dequantize and vec_dot are)")]
-    NoQuantizer(GgmlType),
     #[error("{ty}: {n} elements is not a whole number of {qk}-element blocks")]
     PartialBlock { ty: GgmlType, n: usize, qk: usize },
     #[error("{ty}: {what} holds {got} bytes, {n} elements need {need}")]
@@ -213,6 +212,11 @@ pub fn has_quantizer(ty: GgmlType) -> bool {
             | GgmlType::Q5_1
             | GgmlType::Q8_0
             | GgmlType::Q8_1
+            | GgmlType::Q2K
+            | GgmlType::Q3K
+            | GgmlType::Q4K
+            | GgmlType::Q5K
+            | GgmlType::Q6K
             | GgmlType::Q8K
     )
 }
@@ -236,10 +240,12 @@ pub fn quantize_row(ty: GgmlType, src: &[f32], dst: &mut [u8]) -> Result<(), Qua
         GgmlType::Q5_1 => q!(Q5_1),
         GgmlType::Q8_0 => q!(Q8_0),
         GgmlType::Q8_1 => q!(Q8_1),
+        GgmlType::Q2K => q!(Q2K),
+        GgmlType::Q3K => q!(Q3K),
+        GgmlType::Q4K => q!(Q4K),
+        GgmlType::Q5K => q!(Q5K),
+        GgmlType::Q6K => q!(Q6K),
         GgmlType::Q8K => q!(Q8K),
-        GgmlType::Q2K | GgmlType::Q3K | GgmlType::Q4K | GgmlType::Q5K | GgmlType::Q6K => {
-            Err(QuantError::NoQuantizer(ty))
-        }
         _ => Err(QuantError::Unsupported(ty)),
     }
 }

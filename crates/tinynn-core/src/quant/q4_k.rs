@@ -3,9 +3,10 @@
 use bytemuck::{Pod, Zeroable};
 use tinynn_format::GgmlType;
 
-use super::format::Format;
+use super::format::{Format, Quantize};
 use super::half::F16Le;
 use super::k_common::{scale_min_k4, KUnpacked, QK_K};
+use super::k_quantize::{quantize_qkx_super_block, Qkx2};
 use super::q8_k::{BlockQ8K, Q8K};
 
 #[derive(Clone, Copy, Debug, Pod, Zeroable)]
@@ -48,5 +49,31 @@ impl Format for Q4K {
 
     fn vec_dot_block(x: &BlockQ4K, y: &BlockQ8K) -> f32 {
         Q4K::unpack(x).vec_dot(y)
+    }
+}
+
+/// ggml's `quantize_row_q4_K_ref`, bit for bit: the shared Q4_K/Q5_K super-block search
+/// (`make_qkx2_quants` with `nmax = 15` and 21 candidate scales from `(15 − 1) / range` in steps
+/// of 0.1), then 4-bit packing.
+impl Quantize for Q4K {
+    fn quantize_block(x: &[f32], out: &mut BlockQ4K) {
+        let sb = quantize_qkx_super_block(
+            x,
+            &Qkx2 {
+                nmax: 15,
+                rmin: -1.0,
+                rdelta: 0.1,
+                nstep: 20,
+                use_mad: false,
+            },
+        );
+        out.d = sb.d;
+        out.dmin = sb.dmin;
+        out.scales = sb.scales;
+        for (q, l) in out.qs.chunks_exact_mut(32).zip(sb.l.chunks_exact(64)) {
+            for i in 0..32 {
+                q[i] = l[i] | (l[i + 32] << 4);
+            }
+        }
     }
 }

@@ -4,9 +4,10 @@
 use bytemuck::{Pod, Zeroable};
 use tinynn_format::GgmlType;
 
-use super::format::Format;
+use super::format::{Format, Quantize};
 use super::half::F16Le;
 use super::k_common::{scale_min_k4, KUnpacked, QK_K};
+use super::k_quantize::{quantize_qkx_super_block, Qkx2};
 use super::q8_k::{BlockQ8K, Q8K};
 
 #[derive(Clone, Copy, Debug, Pod, Zeroable)]
@@ -56,5 +57,39 @@ impl Format for Q5K {
 
     fn vec_dot_block(x: &BlockQ5K, y: &BlockQ8K) -> f32 {
         Q5K::unpack(x).vec_dot(y)
+    }
+}
+
+/// ggml's `quantize_row_q5_K_ref`, bit for bit: the shared Q4_K/Q5_K super-block search
+/// (`make_qkx2_quants` with `nmax = 31` and 16 candidate scales from `(31 − 0.5) / range` in
+/// steps of 0.1), then 4 low bits in `qs` and the fifth bit in `qh`.
+impl Quantize for Q5K {
+    fn quantize_block(x: &[f32], out: &mut BlockQ5K) {
+        let sb = quantize_qkx_super_block(
+            x,
+            &Qkx2 {
+                nmax: 31,
+                rmin: -0.5,
+                rdelta: 0.1,
+                nstep: 15,
+                use_mad: false,
+            },
+        );
+        out.d = sb.d;
+        out.dmin = sb.dmin;
+        out.scales = sb.scales;
+        out.qh = [0; 32];
+        for (c, (q, l)) in out
+            .qs
+            .chunks_exact_mut(32)
+            .zip(sb.l.chunks_exact(64))
+            .enumerate()
+        {
+            for i in 0..32 {
+                let (lo, hi) = (l[i], l[i + 32]);
+                out.qh[i] |= (lo >> 4) << (2 * c) | (hi >> 4) << (2 * c + 1);
+                q[i] = (lo & 0x0F) | ((hi & 0x0F) << 4);
+            }
+        }
     }
 }

@@ -4,9 +4,10 @@
 use bytemuck::{Pod, Zeroable};
 use tinynn_format::GgmlType;
 
-use super::format::Format;
+use super::format::{Format, Quantize};
 use super::half::F16Le;
 use super::k_common::{KUnpacked, QK_K};
+use super::k_quantize::{make_qx_quants, nearest_int, GROUP_MAX_EPS};
 use super::q8_k::{BlockQ8K, Q8K};
 
 #[derive(Clone, Copy, Debug, Pod, Zeroable)]
@@ -53,5 +54,62 @@ impl Format for Q6K {
 
     fn vec_dot_block(x: &BlockQ6K, y: &BlockQ8K) -> f32 {
         Q6K::unpack(x).vec_dot(y)
+    }
+}
+
+/// ggml's `quantize_row_q6_K_ref`, bit for bit.
+///
+/// Each sub-block of 16 gets a signed scale from `make_qx_quants` (`l ∈ −32..32`, weights `x²`,
+/// 19 candidate scales). The scales are quantized to i8 against the one of largest magnitude
+/// (`d = −max_scale / 128`, f16), then every value is re-quantized against the stored scale,
+/// `l = round(x / (d·sc))` clamped to `−32..=31` (a sub-block whose `d·sc` is 0 keeps the
+/// search's `l`). A block whose scales are all below `GROUP_MAX_EPS` is all zero bytes.
+impl Quantize for Q6K {
+    fn quantize_block(x: &[f32], out: &mut BlockQ6K) {
+        let mut l = [0i8; QK_K];
+        let mut scales = [0f32; 16];
+        let (mut max_scale, mut max_abs_scale) = (0.0f32, 0.0f32);
+        for (ib, s) in scales.iter_mut().enumerate() {
+            let range = 16 * ib..16 * (ib + 1);
+            *s = make_qx_quants(32, &x[range.clone()], &mut l[range]);
+            if s.abs() > max_abs_scale {
+                max_abs_scale = s.abs();
+                max_scale = *s;
+            }
+        }
+        if max_abs_scale < GROUP_MAX_EPS {
+            *out = bytemuck::Zeroable::zeroed();
+            return;
+        }
+
+        let iscale = -128.0 / max_scale;
+        out.d = F16Le::from_f32(1.0 / iscale);
+        for (o, &s) in out.scales.iter_mut().zip(&scales) {
+            // C converts MIN(127, nearest_int(..)) to int8_t (truncating), as `as i8` does.
+            *o = nearest_int(iscale * s).min(127) as i8;
+        }
+        let d_f = out.d.get();
+        for (j, &sc) in out.scales.iter().enumerate() {
+            let dj = d_f * f32::from(sc);
+            if dj == 0.0 {
+                continue;
+            }
+            for i in 16 * j..16 * (j + 1) {
+                l[i] = (nearest_int(x[i] / dj).clamp(-32, 31) + 32) as i8;
+            }
+        }
+
+        // Inverse of `unpack`: per 128-element half, nibbles of elements l, l+32 (low) and
+        // l+64, l+96 (high) in ql, and the 2 high bits of all four in qh[l].
+        for (h, l) in l.chunks_exact(128).enumerate() {
+            let ql = &mut out.ql[64 * h..64 * (h + 1)];
+            let qh = &mut out.qh[32 * h..32 * (h + 1)];
+            for i in 0..32 {
+                let q = [0, 32, 64, 96].map(|k| l[i + k] as u8);
+                ql[i] = (q[0] & 0x0F) | ((q[2] & 0x0F) << 4);
+                ql[i + 32] = (q[1] & 0x0F) | ((q[3] & 0x0F) << 4);
+                qh[i] = (q[0] >> 4) | ((q[1] >> 4) << 2) | ((q[2] >> 4) << 4) | ((q[3] >> 4) << 6);
+            }
+        }
     }
 }

@@ -1,0 +1,95 @@
+//! `tnn run` end to end on the default model: llama.cpp's greedy text, reproducible sampling,
+//! and a one-line error for a prompt that does not fit.
+
+mod common;
+
+use common::{real_model, run_measured, tnn};
+
+const LLAMA_CPP_TEXT: &str = " Paris.\n\nThe United States has a population of approximately 311 million people.\n\nThe United States has a population of approximately 311 million people.\n\nThe United States has a population of approximately 3";
+
+#[test]
+fn greedy_run_prints_llama_cpp_text() {
+    let out = run_measured(
+        tnn()
+            .args([
+                "run",
+                "-p",
+                "The capital of France is",
+                "-n",
+                "48",
+                "--temp",
+                "0",
+                "-t",
+                "2",
+                "-m",
+            ])
+            .arg(real_model()),
+    );
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    assert_eq!(
+        out.stdout,
+        format!("The capital of France is{LLAMA_CPP_TEXT}\n")
+    );
+    assert!(
+        out.stderr.contains("prompt: 5 tokens") && out.stderr.contains("generation: 48 tokens"),
+        "{}",
+        out.stderr
+    );
+    // The 94 MiB model is mapped, not copied: the whole process stays well under 512 MiB.
+    assert!(
+        out.max_rss < 512 << 20,
+        "peak RSS {} MiB",
+        out.max_rss >> 20
+    );
+}
+
+#[test]
+fn same_seed_same_text() {
+    let run = |seed: &str| {
+        let out = run_measured(
+            tnn()
+                .args([
+                    "run",
+                    "-p",
+                    "Once upon a time",
+                    "-n",
+                    "24",
+                    "-s",
+                    seed,
+                    "-t",
+                    "2",
+                    "-m",
+                ])
+                .arg(real_model()),
+        );
+        assert_eq!(out.code, Some(0), "{}", out.stderr);
+        out.stdout
+    };
+    let (a, b, c) = (run("42"), run("42"), run("43"));
+    assert_eq!(a, b);
+    assert_ne!(a, c, "different seeds gave the same 24 sampled tokens");
+}
+
+#[test]
+fn prompt_longer_than_context_is_an_error() {
+    let out = run_measured(
+        tnn()
+            .args([
+                "run",
+                "-c",
+                "8",
+                "-p",
+                "one two three four five six seven eight nine ten",
+                "-m",
+            ])
+            .arg(real_model()),
+    );
+    let err = out.stderr.trim_end();
+    assert_eq!(out.code, Some(1), "{err}");
+    assert!(
+        err.starts_with("error: ")
+            && !err.contains('\n')
+            && err.contains("does not fit the context of 8"),
+        "{err}"
+    );
+}

@@ -1,0 +1,203 @@
+//! Text ↔ token ids for GGUF models, built on Hugging Face's `tokenizers` from the vocabulary,
+//! merges and pre-tokenizer name in the file's metadata.
+//!
+//! Byte-level BPE (`tokenizer.ggml.model = gpt2`) with the pre-tokenizer splits llama.cpp uses
+//! for `tokenizer.ggml.pre`: `smollm` (digits one by one, then GPT-2's pattern), `llama-bpe`
+//! (Llama 3) and `qwen2`; other names fall back to GPT-2's pattern. Control tokens are special
+//! tokens: they are matched in text and never split.
+
+use tinynn_format::gguf::{Array, Gguf, Key};
+use tokenizers::decoders::byte_level::ByteLevel as ByteLevelDecoder;
+use tokenizers::models::bpe::BPE;
+use tokenizers::pre_tokenizers::byte_level::ByteLevel;
+use tokenizers::pre_tokenizers::digits::Digits;
+use tokenizers::pre_tokenizers::sequence::Sequence;
+use tokenizers::pre_tokenizers::split::{Split, SplitPattern};
+use tokenizers::pre_tokenizers::PreTokenizerWrapper;
+use tokenizers::{AddedToken, SplitDelimiterBehavior, Tokenizer as HfTokenizer};
+
+use crate::{ModelError, Result};
+
+/// llama.cpp's `LLAMA_VOCAB_PRE_TYPE_LLAMA3` split.
+const LLAMA3_SPLIT: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
+/// llama.cpp's `LLAMA_VOCAB_PRE_TYPE_QWEN2` split (single digits).
+const QWEN2_SPLIT: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
+
+/// Token types of `tokenizer.ggml.token_type`.
+const TOKEN_CONTROL: i32 = 3;
+const TOKEN_USER_DEFINED: i32 = 4;
+
+pub struct Tokenizer {
+    inner: HfTokenizer,
+    bos: Option<u32>,
+    eos: Option<u32>,
+    eot: Option<u32>,
+    add_bos: bool,
+}
+
+fn hf_err(e: impl std::fmt::Display) -> ModelError {
+    ModelError::Invalid(format!("tokenizer: {e}"))
+}
+
+impl Tokenizer {
+    pub fn from_gguf(g: &Gguf) -> Result<Tokenizer> {
+        match g.get_str(Key::TokenizerModel)? {
+            Some("gpt2") => {}
+            other => {
+                return Err(ModelError::Invalid(format!(
+                    "tokenizer model {other:?} is not supported yet (only gpt2-style BPE)"
+                )))
+            }
+        }
+        let Some(Array::String(tokens)) = g.get_array(Key::TokenizerTokens)? else {
+            return Err(ModelError::Invalid(
+                "tokenizer.ggml.tokens is missing".into(),
+            ));
+        };
+        let Some(Array::String(merges)) = g.get_array(Key::TokenizerMerges)? else {
+            return Err(ModelError::Invalid(
+                "tokenizer.ggml.merges is missing".into(),
+            ));
+        };
+        let types: Vec<i32> = match g.get_array(Key::TokenizerTokenType)? {
+            Some(Array::I32(t)) => t.clone(),
+            _ => vec![1; tokens.len()],
+        };
+        let vocab: tokenizers::models::bpe::Vocab = tokens
+            .iter()
+            .enumerate()
+            .map(|(i, t)| {
+                let s = t
+                    .as_str()
+                    .ok_or_else(|| ModelError::Invalid(format!("token {i} is not UTF-8")))?;
+                Ok((s.to_string(), i as u32))
+            })
+            .collect::<Result<_>>()?;
+        let mut pairs = Vec::with_capacity(merges.len());
+        for (i, m) in merges.iter().enumerate() {
+            let s = m
+                .as_str()
+                .ok_or_else(|| ModelError::Invalid(format!("merge {i} is not UTF-8")))?;
+            let (a, b) = s
+                .split_once(' ')
+                .ok_or_else(|| ModelError::Invalid(format!("merge {i} ({s:?}) is not a pair")))?;
+            pairs.push((a.to_string(), b.to_string()));
+        }
+        let pre = g.get_str(Key::TokenizerPre)?.unwrap_or("default");
+        let bpe = BPE::builder()
+            .vocab_and_merges(vocab, pairs)
+            .ignore_merges(pre == "llama-bpe")
+            .build()
+            .map_err(hf_err)?;
+        let mut inner = HfTokenizer::new(bpe);
+        let byte_level = ByteLevel::new(false, true, true);
+        let split = |pattern: &str| -> Result<PreTokenizerWrapper> {
+            let split = Split::new(
+                SplitPattern::Regex(pattern.into()),
+                SplitDelimiterBehavior::Isolated,
+                false,
+            )
+            .map_err(hf_err)?;
+            Ok(Sequence::new(vec![
+                split.into(),
+                ByteLevel::new(false, true, false).into(),
+            ])
+            .into())
+        };
+        let pre_tokenizer: PreTokenizerWrapper = match pre {
+            "smollm" => Sequence::new(vec![Digits::new(true).into(), byte_level.into()]).into(),
+            "llama-bpe" => split(LLAMA3_SPLIT)?,
+            "qwen2" => split(QWEN2_SPLIT)?,
+            _ => byte_level.into(),
+        };
+        inner.with_pre_tokenizer(Some(pre_tokenizer));
+        inner.with_decoder(Some(ByteLevelDecoder::default()));
+        let special: Vec<AddedToken> = tokens
+            .iter()
+            .zip(&types)
+            .filter(|(_, &t)| t == TOKEN_CONTROL || t == TOKEN_USER_DEFINED)
+            .filter_map(|(tok, &t)| {
+                tok.as_str()
+                    .map(|s| AddedToken::from(s.to_string(), t == TOKEN_CONTROL))
+            })
+            .collect();
+        inner.add_special_tokens(&special);
+        let id = |k| g.get_u64(k).map(|v| v.map(|v| v as u32));
+        Ok(Tokenizer {
+            inner,
+            bos: id(Key::TokenizerBosId)?,
+            eos: id(Key::TokenizerEosId)?,
+            eot: id(Key::TokenizerEotId)?,
+            add_bos: g.get_bool(Key::TokenizerAddBos)?.unwrap_or(false),
+        })
+    }
+
+    /// Token ids of `text`; with `special`, BOS is prepended when the model asks for it.
+    pub fn encode(&self, text: &str, special: bool) -> Result<Vec<u32>> {
+        let enc = self.inner.encode_fast(text, false).map_err(hf_err)?;
+        let mut ids = Vec::with_capacity(enc.len() + 1);
+        if special && self.add_bos {
+            ids.extend(self.bos);
+        }
+        ids.extend_from_slice(enc.get_ids());
+        Ok(ids)
+    }
+
+    /// The text of `ids` (special tokens included as their text).
+    pub fn decode(&self, ids: &[u32]) -> Result<String> {
+        self.inner.decode(ids, false).map_err(hf_err)
+    }
+
+    pub fn bos(&self) -> Option<u32> {
+        self.bos
+    }
+
+    /// True for tokens that end generation (EOS, EOT).
+    pub fn is_end(&self, id: u32) -> bool {
+        Some(id) == self.eos || Some(id) == self.eot
+    }
+
+    pub fn vocab_size(&self) -> usize {
+        self.inner.get_vocab_size(true)
+    }
+}
+
+/// Turns token bytes into text as they come, never splitting a UTF-8 character: bytes of an
+/// unfinished character wait for the next token.
+#[derive(Default)]
+pub struct StreamDecoder {
+    pending: Vec<u8>,
+}
+
+impl StreamDecoder {
+    /// Adds `bytes` and returns the text that is complete so far.
+    pub fn push(&mut self, bytes: &[u8]) -> String {
+        self.pending.extend_from_slice(bytes);
+        match std::str::from_utf8(&self.pending) {
+            Ok(s) => {
+                let out = s.to_string();
+                self.pending.clear();
+                out
+            }
+            Err(e) if e.error_len().is_none() => {
+                // An incomplete character at the end: keep it for later.
+                let valid = e.valid_up_to();
+                let out = String::from_utf8_lossy(&self.pending[..valid]).into_owned();
+                self.pending.drain(..valid);
+                out
+            }
+            Err(_) => {
+                let out = String::from_utf8_lossy(&self.pending).into_owned();
+                self.pending.clear();
+                out
+            }
+        }
+    }
+
+    /// What is left at the end (an unfinished character becomes U+FFFD).
+    pub fn finish(&mut self) -> String {
+        let out = String::from_utf8_lossy(&self.pending).into_owned();
+        self.pending.clear();
+        out
+    }
+}
