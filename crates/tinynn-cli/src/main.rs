@@ -1,6 +1,7 @@
 //! `tnn`: the tinynn command line.
 
 mod inspect;
+mod perplexity;
 mod plan;
 mod run;
 
@@ -25,6 +26,8 @@ enum Command {
     Run(run::RunArgs),
     /// Show what a model file (GGUF, safetensors) or Hugging Face model directory holds.
     Inspect(inspect::InspectArgs),
+    /// Perplexity of a model on a text file (as llama.cpp's llama-perplexity computes it).
+    Perplexity(perplexity::PerplexityArgs),
     /// Show the memory plans (arena layout) of a model's decode and prefill passes.
     Plan(plan::PlanArgs),
 }
@@ -35,6 +38,7 @@ fn main() -> ExitCode {
         Command::Run(args) => run::run(&args),
         Command::Inspect(args) => inspect::run(&args),
         Command::Plan(args) => plan::run(&args),
+        Command::Perplexity(args) => perplexity::run(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

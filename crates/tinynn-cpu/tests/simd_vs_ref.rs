@@ -59,6 +59,20 @@ fn simd_kernels_match_the_reference() {
             "Q4_K/avx2",
             "Q5_K/avx2",
             "Q6_K/avx2",
+            "BF16/avx2",
+            "Q8_1/avx2",
+            "Q8_K/avx2",
+        ] {
+            assert!(tested.iter().any(|t| t == must), "{must} missing");
+        }
+    }
+    if Isa::available().contains(&Isa::Avx512Vnni) {
+        for must in [
+            "Q4_K/avx512-vnni",
+            "Q6_K/avx512-vnni",
+            "Q5_K/avx512-vnni",
+            "Q3_K/avx512-vnni",
+            "Q2_K/avx512-vnni",
         ] {
             assert!(tested.iter().any(|t| t == must), "{must} missing");
         }

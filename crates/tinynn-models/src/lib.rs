@@ -8,6 +8,7 @@
 //! [`ModelConfig`]: tinynn_format::model_config::ModelConfig
 
 pub mod llama;
+pub mod perplexity;
 pub mod sampling;
 pub mod session;
 pub mod tokenizer;

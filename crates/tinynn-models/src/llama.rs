@@ -6,7 +6,8 @@
 //! Positions and the cache length are run-time inputs, so a graph is compiled once and reused
 //! for every call: the new K/V rows are written into the persistent caches with `set_rows` at
 //! their positions, and attention reads the first `kv_len` cache rows (with a causal mask when
-//! several tokens go at once). Only the last token's logits are computed.
+//! several tokens go at once). Logits come for the last token, or for every token (`all_logits`,
+//! for perplexity).
 
 use tinynn_core::graph::Graph;
 use tinynn_core::ops::{Rope, RopeMode};
@@ -89,8 +90,10 @@ pub struct ForwardGraph {
     pub mask: Option<TensorId>,
     /// The persistent K and V caches, per layer.
     pub caches: Vec<TensorId>,
-    /// F32 `[n_vocab, 1]`: the logits after the last token.
+    /// F32 `[n_vocab, 1]`: the logits after the last token (`[n_vocab, n_tokens]` with
+    /// `all_logits`).
     pub logits: TensorId,
+    pub all_logits: bool,
     /// Graph weights and the GGUF tensors that back them.
     pub weights: Vec<(TensorId, String)>,
     pub n_ctx: usize,
@@ -135,13 +138,15 @@ impl Builder<'_> {
     }
 }
 
-/// Builds the forward graph of a Llama-family model for `n_tokens` tokens with a KV cache of
+/// Builds the forward graph of a Llama-family model for `n_tokens` tokens (logits for the last
+/// one, or for all with `all_logits`) with a KV cache of
 /// `n_ctx` rows.
 pub fn forward_graph(
     file: &GgufFile,
     config: &ModelConfig,
     n_ctx: usize,
     n_tokens: usize,
+    all_logits: bool,
 ) -> Result<ForwardGraph> {
     let hp = LlamaHparams::from_config(config)?;
     if n_tokens == 0 || n_tokens > n_ctx {
@@ -217,10 +222,14 @@ pub fn forward_graph(
         let down = b.g.mul_mat(wd, act)?;
         x = b.g.add(x, down)?;
     }
-    // Only the last token's logits: [e, 1] from [e, n].
-    let last = b.g.view(x, &[e, 1], &[e * 4], (n - 1) * e * 4)?;
-    let last = b.g.cont(last)?;
-    let h = b.norm(last, "output_norm.weight", hp.norm_eps, e)?;
+    // The last token's logits: [e, 1] from [e, n] (or all n).
+    let x = if all_logits {
+        x
+    } else {
+        let last = b.g.view(x, &[e, 1], &[e * 4], (n - 1) * e * 4)?;
+        b.g.cont(last)?
+    };
+    let h = b.norm(x, "output_norm.weight", hp.norm_eps, e)?;
     let head = if b.has("output.weight") {
         b.weight("output.weight", &[e, hp.n_vocab])?
     } else {
@@ -239,6 +248,7 @@ pub fn forward_graph(
         mask,
         caches,
         logits,
+        all_logits,
         weights: b.weights,
         n_ctx,
     })

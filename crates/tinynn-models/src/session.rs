@@ -24,11 +24,15 @@ pub struct Session<'m> {
     n_ctx: usize,
     n_batch: usize,
     passes: Vec<Pass<'m>>,
+    /// Prefill passes produce logits for every token (perplexity).
+    all_logits: bool,
     /// Index of the pass whose memory holds the KV cache.
     cache_home: usize,
     exec: Executor,
     n_past: usize,
     logits: Vec<f32>,
+    /// Rows in `logits` (1, or the batch size with `all_logits`).
+    n_logit_rows: usize,
     mask: Vec<f32>,
 }
 
@@ -36,11 +40,22 @@ impl<'m> Session<'m> {
     /// Loads the model in `file` with a context of `n_ctx` tokens (at most the trained one) and
     /// prompt batches of up to 512 tokens.
     pub fn new(file: &'m GgufFile, n_ctx: usize, opts: ExecOptions) -> Result<Session<'m>> {
+        Session::with_all_logits(file, n_ctx, opts, false)
+    }
+
+    /// Like [`Session::new`]; with `all_logits`, [`Session::eval_batch`] keeps the logits of
+    /// every token of the last batch (see [`Session::all_logits`]).
+    pub fn with_all_logits(
+        file: &'m GgufFile,
+        n_ctx: usize,
+        opts: ExecOptions,
+        all_logits: bool,
+    ) -> Result<Session<'m>> {
         let config = ModelConfig::from_gguf(file.gguf())?;
         let n_ctx = n_ctx
             .min(config.n_ctx_train.map_or(n_ctx, |c| c as usize))
             .max(1);
-        let decode = Session::pass(file, &config, n_ctx, 1, true)?;
+        let decode = Session::pass(file, &config, n_ctx, 1, true, false)?;
         let exec = Executor::with_options(&decode.plan, opts);
         let n_vocab = decode.io.hparams.n_vocab;
         Ok(Session {
@@ -49,10 +64,12 @@ impl<'m> Session<'m> {
             n_ctx,
             n_batch: 512.min(n_ctx),
             passes: vec![decode],
+            all_logits,
             cache_home: 0,
             exec,
             n_past: 0,
             logits: vec![0.0; n_vocab],
+            n_logit_rows: 1,
             mask: Vec::new(),
         })
     }
@@ -64,8 +81,9 @@ impl<'m> Session<'m> {
         n_ctx: usize,
         n_tokens: usize,
         owns_cache: bool,
+        all_logits: bool,
     ) -> Result<Pass<'m>> {
-        let io = forward_graph(file, config, n_ctx, n_tokens)?;
+        let io = forward_graph(file, config, n_ctx, n_tokens, all_logits && n_tokens > 1)?;
         let plan = Plan::compile(io.graph.clone());
         let shared: &[_] = if owns_cache { &[] } else { &io.caches };
         let mut mem = Memory::new_sharing(&plan, shared);
@@ -98,7 +116,14 @@ impl<'m> Session<'m> {
             self.bring_cache(0)?;
             self.passes.pop();
         }
-        let pass = Session::pass(self.file, &self.config, self.n_ctx, n, false)?;
+        let pass = Session::pass(
+            self.file,
+            &self.config,
+            self.n_ctx,
+            n,
+            false,
+            self.all_logits,
+        )?;
         self.passes.push(pass);
         Ok(self.passes.len() - 1)
     }
@@ -146,6 +171,12 @@ impl<'m> Session<'m> {
         Ok(())
     }
 
+    /// With `all_logits`: the logits of every token of the last batch, `[n_tokens][n_vocab]`
+    /// flat (row i predicts the token after token i).
+    pub fn all_logits(&self) -> &[f32] {
+        &self.logits
+    }
+
     /// Runs `tokens` at the next positions (in batches) and returns the logits after the last.
     pub fn eval_batch(&mut self, tokens: &[u32]) -> Result<&[f32]> {
         if tokens.is_empty() {
@@ -157,7 +188,8 @@ impl<'m> Session<'m> {
         for chunk in tokens.chunks(self.n_batch) {
             self.run_chunk(chunk)?;
         }
-        Ok(&self.logits)
+        let n_vocab = self.passes[0].io.hparams.n_vocab;
+        Ok(&self.logits[(self.n_logit_rows - 1) * n_vocab..])
     }
 
     /// Runs one token at the next position and returns the logits after it.
@@ -200,9 +232,12 @@ impl<'m> Session<'m> {
         self.exec.run(&pass.plan, &mut pass.mem)?;
         self.n_past += n;
         let bytes = self.exec.bytes(&pass.plan, &pass.mem, pass.io.logits)?;
+        let n_vocab = pass.io.hparams.n_vocab;
+        self.logits.resize(bytes.len() / 4, 0.0);
         for (l, c) in self.logits.iter_mut().zip(bytes.chunks_exact(4)) {
             *l = f32::from_le_bytes([c[0], c[1], c[2], c[3]]);
         }
+        self.n_logit_rows = self.logits.len() / n_vocab;
         Ok(())
     }
 }

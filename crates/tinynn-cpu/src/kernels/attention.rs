@@ -62,30 +62,33 @@ fn attend_f16_cache(
     let (d, n_q, n_head) = (q.layout.ne[0], q.layout.ne[1], q.layout.ne[2]);
     let dv = v.layout.ne[0];
     let group = n_head / k.layout.ne[2];
-    let (mut qbuf, mut acc) = ([0f32; MAX_D], [0f32; MAX_D]);
+    // q·k as ggml does it: q converted to f16, then the F16 dot kernel.
+    let Some(dot) = crate::simd::dot_fn(GgmlType::F16) else {
+        a.errors.record(ERR_KERNEL, 0);
+        return;
+    };
+    let (mut q16, mut acc) = ([0u8; 2 * MAX_D], [0f32; MAX_D]);
     for job in split(n_q * n_head, ctx.ith, ctx.nth) {
         let (h, i) = (job % n_head, job / n_head);
         let hk = h / group;
-        for (j, x) in qbuf[..d].iter_mut().enumerate() {
+        for (j, x) in q16[..2 * d].chunks_exact_mut(2).enumerate() {
             // SAFETY: (j, i, h) is inside q.
-            *x = r16(unsafe { q.f32_at([j, i, h, 0]) });
+            x.copy_from_slice(&half::f32_to_f16(unsafe { q.f32_at([j, i, h, 0]) }).to_le_bytes());
         }
         acc[..dv].fill(0.0);
         let (mut max, mut sum) = (f32::NEG_INFINITY, 0f32);
         for j in 0..n_kv {
-            let mut dot = 0f64;
-            for (c, &qc) in qbuf[..d].iter().enumerate() {
-                // SAFETY: (c, j, hk) is inside k.
-                dot += f64::from(qc * unsafe { k.float_at([c, j, hk, 0]) });
+            // SAFETY: the mask is [n_kv, ≥ n_q] (builder-checked).
+            let m = mask.map_or(0.0, |m| unsafe { m.f32_at([j, i, 0, 0]) });
+            if m == f32::NEG_INFINITY {
+                continue;
             }
-            let mut s = dot as f32 * scale;
+            // SAFETY: row (j, hk) of k is inside k, contiguous (builder-checked).
+            let mut s = dot(unsafe { k.row(j, hk, 0) }, &q16[..2 * d]) * scale;
             if softcap > 0.0 {
                 s = softcap * (s / softcap).tanh();
             }
-            if let Some(m) = mask {
-                // SAFETY: the mask is [n_kv, ≥ n_q] (builder-checked).
-                s += unsafe { m.f32_at([j, i, 0, 0]) };
-            }
+            s += m;
             if s == f32::NEG_INFINITY {
                 continue;
             }
@@ -99,9 +102,10 @@ fn attend_f16_cache(
             } else {
                 vs = (s - max).exp();
             }
-            for (c, x) in acc[..dv].iter_mut().enumerate() {
-                // SAFETY: (c, j, hk) is inside v.
-                *x = r16(*x + unsafe { v.float_at([c, j, hk, 0]) } * vs);
+            // SAFETY: row (j, hk) of v is inside v, contiguous F16.
+            let vrow = unsafe { v.row(j, hk, 0) };
+            for (x, b) in acc[..dv].iter_mut().zip(vrow.chunks_exact(2)) {
+                *x = r16(*x + half::f16_to_f32(u16::from_le_bytes([b[0], b[1]])) * vs);
             }
             sum = sum * ms + vs;
         }

@@ -20,14 +20,14 @@ use std::arch::x86_64::*;
 
 use super::avx2::f16_at;
 
-const Q8K_BYTES: usize = 292;
-const Q8K_QS: usize = 4;
-const Q8K_BSUMS: usize = 260;
+pub(super) const Q8K_BYTES: usize = 292;
+pub(super) const Q8K_QS: usize = 4;
+pub(super) const Q8K_BSUMS: usize = 260;
 
 /// The sum of the eight i32 lanes.
 #[inline]
 #[target_feature(enable = "avx2")]
-fn hsum_i32(v: __m256i) -> i32 {
+pub(super) fn hsum_i32(v: __m256i) -> i32 {
     let s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
     let s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0b01_00_11_10));
     let s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0b10_11_00_01));
@@ -52,7 +52,7 @@ fn dot_scaled(q: __m256i, y: __m256i, sc: __m256i) -> __m256i {
 /// 32 bytes at `p`.
 #[inline]
 #[target_feature(enable = "avx2")]
-unsafe fn load32(p: *const u8) -> __m256i {
+pub(super) unsafe fn load32(p: *const u8) -> __m256i {
     // SAFETY: the caller passes 32 readable bytes.
     unsafe { _mm256_loadu_si256(p as *const __m256i) }
 }
@@ -60,7 +60,7 @@ unsafe fn load32(p: *const u8) -> __m256i {
 /// The f32 scale of the Q8_K block at `yb`.
 #[inline]
 #[target_feature(enable = "avx2")]
-unsafe fn q8k_d(yb: *const u8) -> f32 {
+pub(super) unsafe fn q8k_d(yb: *const u8) -> f32 {
     // SAFETY: the caller passes a whole Q8_K block.
     unsafe { (yb as *const f32).read_unaligned() }
 }
@@ -68,7 +68,7 @@ unsafe fn q8k_d(yb: *const u8) -> f32 {
 /// Σ w[g]·bsum[g] over the 16 groups of 16 of the Q8_K block at `yb` (`w` as 16 i16).
 #[inline]
 #[target_feature(enable = "avx2")]
-unsafe fn bsums_dot(yb: *const u8, w: __m256i) -> i32 {
+pub(super) unsafe fn bsums_dot(yb: *const u8, w: __m256i) -> i32 {
     // SAFETY: the caller passes a whole Q8_K block; its bsums are its last 32 bytes.
     let bs = unsafe { load32(yb.add(Q8K_BSUMS)) };
     hsum_i32(_mm256_madd_epi16(bs, w))
@@ -80,7 +80,7 @@ unsafe fn bsums_dot(yb: *const u8, w: __m256i) -> i32 {
 /// the low 4 bits of scale 4+k (low nibble) and minimum 4+k (high nibble), whose top 2 bits are
 /// the top 2 bits of bytes k and 4+k.
 #[inline]
-fn scales_mins_k4(s: [u8; 12]) -> ([u8; 8], [u8; 8]) {
+pub(super) fn scales_mins_k4(s: [u8; 12]) -> ([u8; 8], [u8; 8]) {
     let w = |i: usize| u32::from_le_bytes([s[i], s[i + 1], s[i + 2], s[i + 3]]);
     let (w0, w1, w2) = (w(0), w(4), w(8));
     const LOW6: u32 = 0x3F3F_3F3F;
@@ -95,7 +95,7 @@ fn scales_mins_k4(s: [u8; 12]) -> ([u8; 8], [u8; 8]) {
 /// 8 minimums duplicated per 16-element group, as 16 i16 (for [`bsums_dot`]).
 #[inline]
 #[target_feature(enable = "avx2")]
-fn mins_per_group(mins: [u8; 8]) -> __m256i {
+pub(super) fn mins_per_group(mins: [u8; 8]) -> __m256i {
     let m = _mm_cvtsi64_si128(i64::from_le_bytes(mins));
     _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(m, m))
 }
@@ -249,7 +249,7 @@ pub(super) unsafe fn q6_k_q8_k(x: &[u8], y: &[u8]) -> f32 {
 /// has its low 4 bits in byte i (low nibble) for i < 8 or byte i − 8 (high nibble) otherwise,
 /// and its top 2 bits at bits 2g..2g+2 of byte 8 + i % 4.
 #[inline]
-fn scales_q3k(s: [u8; 12]) -> [i8; 16] {
+pub(super) fn scales_q3k(s: [u8; 12]) -> [i8; 16] {
     let w = |i: usize| u32::from_le_bytes([s[i], s[i + 1], s[i + 2], s[i + 3]]);
     let (w0, w1, w2) = (w(0), w(4), w(8));
     const LOW4: u32 = 0x0F0F_0F0F;

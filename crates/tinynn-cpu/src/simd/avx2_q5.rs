@@ -11,7 +11,7 @@
 
 use std::arch::x86_64::*;
 
-use super::avx2::{f16_at, hsum, nibbles};
+use super::avx2::{d_product, hsum, nibbles};
 
 /// The 32 five-bit values (0..31) of a Q5 block, element j in byte j, from its `qh` at `qh`
 /// and its 16 nibble bytes at `qs`.
@@ -51,7 +51,7 @@ pub(super) unsafe fn q5_0_q8_0(x: &[u8], y: &[u8]) -> f32 {
         // SAFETY: block i of both rows is in bounds (file contract).
         unsafe {
             let (xb, yb) = (xp.add(i * 22), yp.add(i * 34));
-            let d = _mm256_set1_ps(f16_at(xb) * f16_at(yb));
+            let d = _mm256_set1_ps(d_product(xb, yb));
             let q = values5(xb.add(2), xb.add(6));
             let qy = _mm256_loadu_si256(yb.add(2) as *const __m256i);
             let pairs = _mm256_sub_epi16(
@@ -81,8 +81,8 @@ pub(super) unsafe fn q5_1_q8_1(x: &[u8], y: &[u8]) -> f32 {
         // SAFETY: block i of both rows is in bounds (file contract).
         unsafe {
             let (xb, yb) = (xp.add(i * 24), yp.add(i * 36));
-            let d = _mm256_set1_ps(f16_at(xb) * f16_at(yb));
-            mins += f16_at(xb.add(2)) * f16_at(yb.add(2));
+            let d = _mm256_set1_ps(d_product(xb, yb));
+            mins += d_product(xb.add(2), yb.add(2));
             let q = values5(xb.add(4), xb.add(8));
             let qy = _mm256_loadu_si256(yb.add(4) as *const __m256i);
             let s = _mm256_madd_epi16(_mm256_maddubs_epi16(q, qy), ones);

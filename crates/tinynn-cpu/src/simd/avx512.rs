@@ -9,9 +9,9 @@ use std::arch::x86_64::*;
 
 use tinynn_format::GgmlType;
 
-use super::avx2::{f16_at, hsum, nibbles};
+use super::avx2::{d_product, f16_at, hsum, nibbles};
 use super::avx2_q5::values5;
-use super::DotFn;
+use super::{avx512_kquants, DotFn};
 
 pub(super) fn dot_fn(ty: GgmlType) -> Option<DotFn> {
     // SAFETY (for each closure): the CPU has the features (see the file's contract).
@@ -23,6 +23,11 @@ pub(super) fn dot_fn(ty: GgmlType) -> Option<DotFn> {
         GgmlType::Q5_1 => Some(|x, y| unsafe { q5_1_q8_1(x, y) }),
         GgmlType::F32 => Some(|x, y| unsafe { f32_f32(x, y) }),
         GgmlType::F16 => Some(|x, y| unsafe { f16_f16(x, y) }),
+        GgmlType::Q4K => Some(|x, y| unsafe { avx512_kquants::q4_k_q8_k(x, y) }),
+        GgmlType::Q6K => Some(|x, y| unsafe { avx512_kquants::q6_k_q8_k(x, y) }),
+        GgmlType::Q5K => Some(|x, y| unsafe { avx512_kquants::q5_k_q8_k(x, y) }),
+        GgmlType::Q3K => Some(|x, y| unsafe { avx512_kquants::q3_k_q8_k(x, y) }),
+        GgmlType::Q2K => Some(|x, y| unsafe { avx512_kquants::q2_k_q8_k(x, y) }),
         // SAFETY (closure): only handed out when the CPU also has AVX-512 BF16.
         GgmlType::Bf16 if is_x86_feature_detected!("avx512bf16") => {
             Some(|x, y| unsafe { bf16_bf16(x, y) })
@@ -48,7 +53,7 @@ unsafe fn q4_0_q8_0(x: &[u8], y: &[u8]) -> f32 {
         // SAFETY: block i of both rows is in bounds (file contract).
         unsafe {
             let (xb, yb) = (xp.add(i * 18), yp.add(i * 34));
-            let d = _mm256_set1_ps(f16_at(xb) * f16_at(yb));
+            let d = _mm256_set1_ps(d_product(xb, yb));
             let qy = _mm256_loadu_si256(yb.add(2) as *const __m256i);
             // Σ (q − 8)·y = Σ q·y − Σ 8·y.
             let s = _mm256_sub_epi32(dpbusd(nibbles(xb.add(2)), qy), dpbusd(eight, qy));
@@ -70,8 +75,8 @@ unsafe fn q4_1_q8_1(x: &[u8], y: &[u8]) -> f32 {
         // SAFETY: block i of both rows is in bounds (file contract).
         unsafe {
             let (xb, yb) = (xp.add(i * 20), yp.add(i * 36));
-            let d = _mm256_set1_ps(f16_at(xb) * f16_at(yb));
-            mins += f16_at(xb.add(2)) * f16_at(yb.add(2));
+            let d = _mm256_set1_ps(d_product(xb, yb));
+            mins += d_product(xb.add(2), yb.add(2));
             let qy = _mm256_loadu_si256(yb.add(4) as *const __m256i);
             let s = dpbusd(nibbles(xb.add(4)), qy);
             acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(s), acc);
@@ -91,7 +96,7 @@ unsafe fn q8_0_q8_0(x: &[u8], y: &[u8]) -> f32 {
         // SAFETY: block i of both rows is in bounds (file contract).
         unsafe {
             let (xb, yb) = (xp.add(i * 34), yp.add(i * 34));
-            let d = _mm256_set1_ps(f16_at(xb) * f16_at(yb));
+            let d = _mm256_set1_ps(d_product(xb, yb));
             let qx = _mm256_loadu_si256(xb.add(2) as *const __m256i);
             let qy = _mm256_loadu_si256(yb.add(2) as *const __m256i);
             let s = dpbusd(_mm256_sign_epi8(qx, qx), _mm256_sign_epi8(qy, qx));
@@ -113,7 +118,7 @@ unsafe fn q5_0_q8_0(x: &[u8], y: &[u8]) -> f32 {
         // SAFETY: block i of both rows is in bounds (file contract).
         unsafe {
             let (xb, yb) = (xp.add(i * 22), yp.add(i * 34));
-            let d = _mm256_set1_ps(f16_at(xb) * f16_at(yb));
+            let d = _mm256_set1_ps(d_product(xb, yb));
             let qy = _mm256_loadu_si256(yb.add(2) as *const __m256i);
             // Σ (q − 16)·y = Σ q·y − Σ 16·y, both with vpdpbusd (q ≤ 31 unsigned).
             let s = _mm256_sub_epi32(
@@ -138,8 +143,8 @@ unsafe fn q5_1_q8_1(x: &[u8], y: &[u8]) -> f32 {
         // SAFETY: block i of both rows is in bounds (file contract).
         unsafe {
             let (xb, yb) = (xp.add(i * 24), yp.add(i * 36));
-            let d = _mm256_set1_ps(f16_at(xb) * f16_at(yb));
-            mins += f16_at(xb.add(2)) * f16_at(yb.add(2));
+            let d = _mm256_set1_ps(d_product(xb, yb));
+            mins += d_product(xb.add(2), yb.add(2));
             let qy = _mm256_loadu_si256(yb.add(4) as *const __m256i);
             let s = dpbusd(values5(xb.add(4), xb.add(8)), qy);
             acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(s), acc);

@@ -13,6 +13,8 @@ mod avx2_kquants;
 mod avx2_q5;
 #[cfg(target_arch = "x86_64")]
 mod avx512;
+#[cfg(target_arch = "x86_64")]
+mod avx512_kquants;
 
 use std::sync::OnceLock;
 

@@ -1,0 +1,94 @@
+//! `tnn perplexity`: perplexity of a model on a text file, computed as llama.cpp's
+//! `llama-perplexity` does (windows of `-c` tokens, second half of each scored).
+
+use std::path::PathBuf;
+use std::time::Instant;
+
+use anyhow::{Context, Result};
+use clap::Args;
+use indicatif::{ProgressBar, ProgressStyle};
+use tinynn_cpu::ExecOptions;
+use tinynn_format::gguf::GgufFile;
+use tinynn_models::perplexity::perplexity;
+use tinynn_models::session::Session;
+use tinynn_models::tokenizer::Tokenizer;
+
+#[derive(Args)]
+pub struct PerplexityArgs {
+    /// Model file (default: SmolLM2-135M-Instruct Q4_1 from the cache, fetched if missing).
+    #[arg(short = 'm', long = "model")]
+    pub model: Option<PathBuf>,
+    /// The text to score.
+    #[arg(short = 'f', long = "file")]
+    pub file: PathBuf,
+    /// Window length in tokens.
+    #[arg(short = 'c', long = "ctx-size", default_value_t = 512)]
+    pub ctx: usize,
+    /// Threads (default: all cores).
+    #[arg(short = 't', long = "threads")]
+    pub threads: Option<usize>,
+    /// Score at most this many windows.
+    #[arg(long = "chunks")]
+    pub chunks: Option<usize>,
+    /// Reference mode: one thread, f64 accumulation, unquantized activations.
+    #[arg(long)]
+    pub strict: bool,
+}
+
+pub fn run(args: &PerplexityArgs) -> Result<()> {
+    let path = match &args.model {
+        Some(p) => p.clone(),
+        None => tinynn_format::model_cache::ensure_default_model()?,
+    };
+    let text = std::fs::read_to_string(&args.file)
+        .with_context(|| format!("reading {}", args.file.display()))?;
+    let file = GgufFile::open(&path)?;
+    let tokenizer = Tokenizer::from_gguf(file.gguf())?;
+    let tokens = tokenizer.encode(&text, true)?;
+    let opts = ExecOptions {
+        threads: args
+            .threads
+            .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get())),
+        strict: args.strict,
+        trace: false,
+    };
+    let mut session = Session::with_all_logits(&file, args.ctx, opts, true)
+        .with_context(|| format!("loading {}", path.display()))?;
+    let bos = if tokenizer.encode("", true)?.is_empty() {
+        None
+    } else {
+        tokenizer.bos()
+    };
+    let n_chunks = (tokens.len() / session.n_ctx()).min(args.chunks.unwrap_or(usize::MAX));
+    eprintln!(
+        "tnn perplexity: {} tokens, {n_chunks} windows of {}",
+        tokens.len(),
+        session.n_ctx()
+    );
+    let bar = ProgressBar::new(n_chunks as u64);
+    bar.set_style(
+        ProgressStyle::with_template("{bar:30} {pos}/{len} windows, {msg}, ETA {eta}")
+            .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
+    let t0 = Instant::now();
+    let mut running = String::new();
+    let result = perplexity(&mut session, &tokens, bos, args.chunks, |r| {
+        running.push_str(&format!("[{}]{:.4},", r.chunk, r.running_ppl));
+        bar.set_message(format!("PPL {:.4}", r.running_ppl));
+        bar.inc(1);
+    })?;
+    bar.finish_and_clear();
+    let secs = t0.elapsed().as_secs_f64();
+    crate::print(&format!(
+        "{running}\nFinal estimate: PPL = {:.4} +/- {:.5}\n",
+        result.ppl, result.error
+    ))?;
+    eprintln!(
+        "{} windows, {} tokens scored in {:.1} s ({:.0} tokens/s)",
+        result.n_chunks,
+        result.tokens_scored,
+        secs,
+        (result.n_chunks * session.n_ctx()) as f64 / secs.max(1e-9)
+    );
+    Ok(())
+}
