@@ -10,29 +10,30 @@ use super::{row_index, split, RawTensor, StepArgs, ERR_KERNEL};
 use crate::pool::Ctx;
 use crate::simd;
 
-pub(crate) fn mul_mat(a: &StepArgs<'_>, ctx: &Ctx<'_>) {
-    if a.strict {
-        return mul_mat_strict(a, ctx);
-    }
-    let (w, x, dst) = (a.src(0), a.src(1), a.dst);
+/// Phase 1 of a matrix product with weights `w`: every thread converts its share of the rows
+/// of `x` into the weights' dot type in the step's work buffer, then all meet at a barrier.
+/// Returns the work buffer as a contiguous `[K, rows]` tensor and the dot kernel, or `None`
+/// (recorded as an error) — the same answer on every thread, so none waits alone.
+pub(crate) fn prepare_activations(
+    a: &StepArgs<'_>,
+    w: &RawTensor,
+    x: &RawTensor,
+    ctx: &Ctx<'_>,
+) -> Option<(RawTensor, simd::DotFn)> {
     let k = w.layout.ne[0];
     let (Ok(dot_ty), Some(dot)) = (
         quant::vec_dot_type(w.layout.dtype),
         simd::dot_fn(w.layout.dtype),
     ) else {
         a.errors.record(ERR_KERNEL, 0);
-        return;
-    };
-    let Ok(row_b) = quant::row_bytes(dot_ty, k) else {
-        a.errors.record(ERR_KERNEL, 0);
-        return;
+        return None;
     };
     let x_rows = x.layout.n_rows();
-    if row_b * x_rows > a.work_len {
+    let fits = quant::row_bytes(dot_ty, k).is_ok_and(|row_b| row_b * x_rows <= a.work_len);
+    if !fits {
         a.errors.record(ERR_KERNEL, 0);
-        return;
+        return None;
     }
-    // The work buffer seen as a contiguous [K, x_rows] tensor of the dot type.
     let work = RawTensor {
         ptr: a.work,
         layout: Layout::contiguous(dot_ty, [k, x_rows, 1, 1]),
@@ -40,12 +41,22 @@ pub(crate) fn mul_mat(a: &StepArgs<'_>, ctx: &Ctx<'_>) {
     for r in split(x_rows, ctx.ith, ctx.nth) {
         // SAFETY: row r of x exists; work row r is inside the work buffer (checked above) and
         // belongs to this thread.
-        if !unsafe { convert_activations(&x, row_index(&x.layout, r), &work, (r, 0, 0)) } {
+        if !unsafe { convert_activations(x, row_index(&x.layout, r), &work, (r, 0, 0)) } {
             a.errors.record(ERR_KERNEL, 0);
         }
     }
     ctx.barrier();
+    Some((work, dot))
+}
 
+pub(crate) fn mul_mat(a: &StepArgs<'_>, ctx: &Ctx<'_>) {
+    if a.strict {
+        return mul_mat_strict(a, ctx);
+    }
+    let (w, x, dst) = (a.src(0), a.src(1), a.dst);
+    let Some((work, dot)) = prepare_activations(a, &w, &x, ctx) else {
+        return;
+    };
     let [n_out, m, c2, c3] = dst.layout.ne;
     let (r2, r3) = (c2 / w.layout.ne[2], c3 / w.layout.ne[3]);
     for n in split(n_out, ctx.ith, ctx.nth) {

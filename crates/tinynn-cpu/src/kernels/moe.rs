@@ -1,13 +1,8 @@
 //! Mixture of experts: a matrix product per (token, slot) with the expert its id names, and
 //! per-expert biases.
 
-use tinynn_core::quant;
-use tinynn_core::tensor::Layout;
-
-use super::copy::convert_activations;
-use super::{row_index, split, RawTensor, StepArgs, ERR_INDEX, ERR_KERNEL};
+use super::{row_index, split, StepArgs, ERR_INDEX};
 use crate::pool::Ctx;
-use crate::simd;
 
 /// Expert id `(e, t)`, or `None` (recorded as an error) when it names no expert.
 fn expert(
@@ -30,34 +25,9 @@ pub(crate) fn mul_mat_id(a: &StepArgs<'_>, ctx: &Ctx<'_>) {
     let (w, x, ids_t, dst) = (a.src(0), a.src(1), a.src(2), a.dst);
     // SAFETY: ids are contiguous I32 [n_used, n_tokens] (builder-checked).
     let ids = unsafe { ids_t.i32s() };
-    let k = w.layout.ne[0];
-    let (Ok(dot_ty), Some(dot)) = (
-        quant::vec_dot_type(w.layout.dtype),
-        simd::dot_fn(w.layout.dtype),
-    ) else {
-        a.errors.record(ERR_KERNEL, 0);
+    let Some((work, dot)) = super::matmul::prepare_activations(a, &w, &x, ctx) else {
         return;
     };
-    let Ok(row_b) = quant::row_bytes(dot_ty, k) else {
-        a.errors.record(ERR_KERNEL, 0);
-        return;
-    };
-    let x_rows = x.layout.n_rows();
-    if row_b * x_rows > a.work_len {
-        a.errors.record(ERR_KERNEL, 0);
-        return;
-    }
-    let work = RawTensor {
-        ptr: a.work,
-        layout: Layout::contiguous(dot_ty, [k, x_rows, 1, 1]),
-    };
-    for r in split(x_rows, ctx.ith, ctx.nth) {
-        // SAFETY: row r of x exists; work row r is inside the work buffer and this thread's.
-        if !unsafe { convert_activations(&x, row_index(&x.layout, r), &work, (r, 0, 0)) } {
-            a.errors.record(ERR_KERNEL, 0);
-        }
-    }
-    ctx.barrier();
     let [n_out, n_used, n_tok, _] = dst.layout.ne;
     let (b1, n_expert) = (x.layout.ne[1], w.layout.ne[2]);
     for n in split(n_out, ctx.ith, ctx.nth) {
