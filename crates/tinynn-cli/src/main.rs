@@ -1,5 +1,7 @@
 //! `tnn`: the tinynn command line.
 
+mod chat;
+mod generate;
 mod inspect;
 mod perplexity;
 mod plan;
@@ -24,6 +26,8 @@ struct Cli {
 enum Command {
     /// Generate text from a prompt (default model: SmolLM2-135M-Instruct Q4_1).
     Run(run::RunArgs),
+    /// Talk with a model, turn by turn, on stdin/stdout.
+    Chat(chat::ChatArgs),
     /// Show what a model file (GGUF, safetensors) or Hugging Face model directory holds.
     Inspect(inspect::InspectArgs),
     /// Perplexity of a model on a text file (as llama.cpp's llama-perplexity computes it).
@@ -36,6 +40,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Run(args) => run::run(&args),
+        Command::Chat(args) => chat::run(&args),
         Command::Inspect(args) => inspect::run(&args),
         Command::Plan(args) => plan::run(&args),
         Command::Perplexity(args) => perplexity::run(&args),

@@ -127,3 +127,73 @@ fn perplexity_on_gpl3_matches_llama_cpp() {
     assert!((ppl - 18.39).abs() / 18.39 < 0.01, "{line}");
     assert!(out.stdout.contains("[14]"), "14 windows: {}", out.stdout);
 }
+
+/// Strict mode (f32 weights dequantized, f64 sums, unquantized activations) gives Hugging Face's
+/// greedy answer to the chat question.
+#[test]
+fn strict_chat_answer_matches_hugging_face() {
+    let out = run_measured(
+        tnn()
+            .args([
+                "run",
+                "--chat",
+                "--strict",
+                "--temp",
+                "0",
+                "-n",
+                "16",
+                "-p",
+                "What is the capital of France?",
+                "-m",
+            ])
+            .arg(real_model()),
+    );
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    assert_eq!(
+        out.stdout, "The capital of France is Paris.\n",
+        "{}",
+        out.stderr
+    );
+    assert!(
+        out.stderr.contains("generation: 7 tokens"),
+        "stops at <|im_end|>: {}",
+        out.stderr
+    );
+}
+
+/// `tnn chat` over two turns: replies stream, stop at the end token, and the second turn reuses
+/// the cached conversation.
+#[test]
+fn chat_two_turns() {
+    use std::io::Write;
+    use std::process::Stdio;
+    let mut child = tnn()
+        .args(["chat", "--temp", "0", "-n", "24", "-t", "2", "-m"])
+        .arg(real_model())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(b"Hi!\nSay that again.\n")
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        text.lines().filter(|l| !l.is_empty()).count() >= 2,
+        "{text:?}"
+    );
+    assert!(
+        !text.contains("<|im_end|>") && !text.contains("<|im_start|>"),
+        "{text:?}"
+    );
+}

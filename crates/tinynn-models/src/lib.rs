@@ -7,6 +7,7 @@
 //!
 //! [`ModelConfig`]: tinynn_format::model_config::ModelConfig
 
+pub mod chat;
 pub mod llama;
 pub mod perplexity;
 pub mod sampling;

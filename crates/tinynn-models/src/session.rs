@@ -151,6 +151,12 @@ impl<'m> Session<'m> {
         self.n_past = 0;
     }
 
+    /// Keeps only the first `n` cached tokens (a conversation that shares a prefix with what
+    /// the cache holds continues from there).
+    pub fn truncate(&mut self, n: usize) {
+        self.n_past = self.n_past.min(n);
+    }
+
     /// Moves the KV cache into pass `to`'s memory.
     fn bring_cache(&mut self, to: usize) -> Result<()> {
         if to == self.cache_home {

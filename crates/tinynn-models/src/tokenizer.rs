@@ -152,6 +152,10 @@ impl Tokenizer {
         self.bos
     }
 
+    pub fn eos(&self) -> Option<u32> {
+        self.eos
+    }
+
     /// True for tokens that end generation (EOS, EOT).
     pub fn is_end(&self, id: u32) -> bool {
         Some(id) == self.eos || Some(id) == self.eot

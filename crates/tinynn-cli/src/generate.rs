@@ -1,0 +1,143 @@
+//! What `tnn run` and `tnn chat` share: sampling flags, model loading, and the generation loop.
+
+use std::io::Write;
+use std::path::PathBuf;
+
+use anyhow::Result;
+use clap::Args;
+use tinynn_cpu::ExecOptions;
+use tinynn_models::sampling::{Penalties, Sampler, Strategy};
+use tinynn_models::session::Session;
+use tinynn_models::tokenizer::{StreamDecoder, Tokenizer};
+use tinynn_models::vocab::Vocab;
+
+#[derive(Args, Clone)]
+pub struct ModelArgs {
+    /// Model file (default: SmolLM2-135M-Instruct Q4_1 from the cache, fetched if missing).
+    #[arg(short = 'm', long = "model")]
+    pub model: Option<PathBuf>,
+    /// Context length (prompt + generated tokens).
+    #[arg(short = 'c', long = "ctx-size", default_value_t = 4096)]
+    pub ctx: usize,
+    /// Threads (default: all cores).
+    #[arg(short = 't', long = "threads")]
+    pub threads: Option<usize>,
+    /// Prompt batch size.
+    #[arg(short = 'b', long = "batch-size", default_value_t = 512)]
+    pub batch: usize,
+    /// Reference mode: one thread, f64 accumulation, unquantized activations.
+    #[arg(long)]
+    pub strict: bool,
+}
+
+impl ModelArgs {
+    pub fn path(&self) -> Result<PathBuf> {
+        Ok(match &self.model {
+            Some(p) => p.clone(),
+            None => tinynn_format::model_cache::ensure_default_model()?,
+        })
+    }
+
+    pub fn exec_options(&self) -> ExecOptions {
+        ExecOptions {
+            threads: self
+                .threads
+                .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get())),
+            strict: self.strict,
+            trace: false,
+        }
+    }
+}
+
+#[derive(Args, Clone)]
+pub struct SamplingArgs {
+    /// Temperature; 0 is greedy.
+    #[arg(long = "temp", default_value_t = 0.8)]
+    pub temp: f32,
+    #[arg(long = "top-k", default_value_t = 40)]
+    pub top_k: usize,
+    #[arg(long = "top-p", default_value_t = 0.95)]
+    pub top_p: f32,
+    #[arg(long = "min-p", default_value_t = 0.05)]
+    pub min_p: f32,
+    #[arg(long = "repeat-penalty", default_value_t = 1.0)]
+    pub repeat_penalty: f32,
+    #[arg(long = "repeat-last-n", default_value_t = 64)]
+    pub repeat_last_n: usize,
+    #[arg(long = "presence-penalty", default_value_t = 0.0)]
+    pub presence_penalty: f32,
+    #[arg(long = "frequency-penalty", default_value_t = 0.0)]
+    pub frequency_penalty: f32,
+    /// Random seed (default: from the clock); the same seed and settings give the same text.
+    #[arg(short = 's', long = "seed")]
+    pub seed: Option<u64>,
+}
+
+impl SamplingArgs {
+    pub fn sampler(&self) -> Sampler {
+        let strategy = if self.temp <= 0.0 {
+            Strategy::Greedy
+        } else {
+            let seed = self.seed.unwrap_or_else(|| {
+                std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0, |d| d.as_nanos() as u64)
+            });
+            Strategy::Sample {
+                temperature: self.temp,
+                top_k: self.top_k,
+                top_p: self.top_p,
+                min_p: self.min_p,
+                seed,
+            }
+        };
+        let penalties = Penalties {
+            repeat: self.repeat_penalty,
+            presence: self.presence_penalty,
+            frequency: self.frequency_penalty,
+            last_n: self.repeat_last_n,
+        };
+        Sampler::new(strategy, penalties)
+    }
+}
+
+/// Writes to stdout and flushes; a closed pipe ends output quietly.
+pub fn emit(s: &str) -> Result<()> {
+    let mut out = std::io::stdout().lock();
+    match out.write_all(s.as_bytes()).and_then(|_| out.flush()) {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        other => Ok(other?),
+    }
+}
+
+/// Generates up to `max` tokens after `logits`, streaming text through `emit`; stops at an end
+/// token unless `ignore_eos`. Returns the generated ids (the end token excluded).
+pub fn generate(
+    session: &mut Session<'_>,
+    sampler: &mut Sampler,
+    tokenizer: &Tokenizer,
+    vocab: &Vocab,
+    logits: &[f32],
+    max: usize,
+    ignore_eos: bool,
+) -> Result<Vec<u32>> {
+    let mut logits = logits.to_vec();
+    let mut stream = StreamDecoder::default();
+    let mut out = Vec::new();
+    let budget = max.min(session.n_ctx().saturating_sub(session.n_past()));
+    while out.len() < budget {
+        let next = sampler.sample(&logits);
+        if tokenizer.is_end(next) && !ignore_eos {
+            break;
+        }
+        sampler.accept(next);
+        out.push(next);
+        emit(&stream.push(&vocab.token_bytes(next)))?;
+        if out.len() == budget {
+            break;
+        }
+        logits.copy_from_slice(session.eval(next)?);
+    }
+    emit(&stream.finish())?;
+    Ok(out)
+}
