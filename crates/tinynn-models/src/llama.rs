@@ -139,7 +139,8 @@ impl Builder<'_> {
 }
 
 /// Builds the forward graph of a Llama-family model for `n_tokens` tokens (logits for the last
-/// one, or for all with `all_logits`) with a KV cache of
+/// one, or for all with `all_logits`) with a KV cache of type `cache_type` (F16 as llama.cpp;
+/// F32 for reference runs) and
 /// `n_ctx` rows.
 pub fn forward_graph(
     file: &GgufFile,
@@ -147,7 +148,14 @@ pub fn forward_graph(
     n_ctx: usize,
     n_tokens: usize,
     all_logits: bool,
+    cache_type: GgmlType,
 ) -> Result<ForwardGraph> {
+    if !matches!(cache_type, GgmlType::F16 | GgmlType::F32 | GgmlType::Bf16) {
+        return Err(ModelError::Invalid(format!(
+            "KV cache type {cache_type} is not supported"
+        )));
+    }
+    let elem = cache_type.layout().block_bytes as usize;
     let hp = LlamaHparams::from_config(config)?;
     if n_tokens == 0 || n_tokens > n_ctx {
         return Err(ModelError::Invalid(format!(
@@ -195,15 +203,15 @@ pub fn forward_graph(
         let k = b.g.reshape(k, &[n_embd_kv, n])?;
         let v = b.g.mul_mat(wv, h)?; // [n_embd_kv, n]
         let k_cache =
-            b.g.persistent(&format!("cache_k.{l}"), GgmlType::F16, &[n_embd_kv, n_ctx])?;
+            b.g.persistent(&format!("cache_k.{l}"), cache_type, &[n_embd_kv, n_ctx])?;
         let v_cache =
-            b.g.persistent(&format!("cache_v.{l}"), GgmlType::F16, &[n_embd_kv, n_ctx])?;
+            b.g.persistent(&format!("cache_v.{l}"), cache_type, &[n_embd_kv, n_ctx])?;
         caches.extend([k_cache, v_cache]);
         b.g.set_rows(k_cache, k, pos)?;
         b.g.set_rows(v_cache, v, pos)?;
-        let row = n_embd_kv * 2;
-        let kview = b.g.view(k_cache, &[hd, n_ctx, nkv], &[row, hd * 2], 0)?;
-        let vview = b.g.view(v_cache, &[hd, n_ctx, nkv], &[row, hd * 2], 0)?;
+        let row = n_embd_kv * elem;
+        let kview = b.g.view(k_cache, &[hd, n_ctx, nkv], &[row, hd * elem], 0)?;
+        let vview = b.g.view(v_cache, &[hd, n_ctx, nkv], &[row, hd * elem], 0)?;
         let qh = b.g.permute(q, [0, 2, 1, 3])?; // [hd, n, nh]
         let att =
             b.g.flash_attn(qh, kview, vview, mask, Some(kv_len), scale, 0.0)?; // [hd, nh, n]

@@ -7,6 +7,7 @@ use tinynn_core::plan::Plan;
 use tinynn_cpu::{ExecOptions, Executor, Memory};
 use tinynn_format::gguf::GgufFile;
 use tinynn_format::model_config::ModelConfig;
+use tinynn_format::GgmlType;
 
 use crate::llama::{forward_graph, ForwardGraph};
 use crate::{ModelError, Result};
@@ -26,6 +27,7 @@ pub struct Session<'m> {
     passes: Vec<Pass<'m>>,
     /// Prefill passes produce logits for every token (perplexity).
     all_logits: bool,
+    cache_type: GgmlType,
     /// Index of the pass whose memory holds the KV cache.
     cache_home: usize,
     exec: Executor,
@@ -55,7 +57,13 @@ impl<'m> Session<'m> {
         let n_ctx = n_ctx
             .min(config.n_ctx_train.map_or(n_ctx, |c| c as usize))
             .max(1);
-        let decode = Session::pass(file, &config, n_ctx, 1, true, false)?;
+        // Strict (reference) runs keep the cache in f32; otherwise F16, as llama.cpp does.
+        let cache_type = if opts.strict {
+            GgmlType::F32
+        } else {
+            GgmlType::F16
+        };
+        let decode = Session::pass(file, &config, n_ctx, 1, true, false, cache_type)?;
         let exec = Executor::with_options(&decode.plan, opts);
         let n_vocab = decode.io.hparams.n_vocab;
         Ok(Session {
@@ -65,6 +73,7 @@ impl<'m> Session<'m> {
             n_batch: 512.min(n_ctx),
             passes: vec![decode],
             all_logits,
+            cache_type,
             cache_home: 0,
             exec,
             n_past: 0,
@@ -82,8 +91,16 @@ impl<'m> Session<'m> {
         n_tokens: usize,
         owns_cache: bool,
         all_logits: bool,
+        cache_type: GgmlType,
     ) -> Result<Pass<'m>> {
-        let io = forward_graph(file, config, n_ctx, n_tokens, all_logits && n_tokens > 1)?;
+        let io = forward_graph(
+            file,
+            config,
+            n_ctx,
+            n_tokens,
+            all_logits && n_tokens > 1,
+            cache_type,
+        )?;
         let plan = Plan::compile(io.graph.clone());
         let shared: &[_] = if owns_cache { &[] } else { &io.caches };
         let mut mem = Memory::new_sharing(&plan, shared);
@@ -123,6 +140,7 @@ impl<'m> Session<'m> {
             n,
             false,
             self.all_logits,
+            self.cache_type,
         )?;
         self.passes.push(pass);
         Ok(self.passes.len() - 1)

@@ -118,3 +118,59 @@ fn batched_prefill_equals_token_by_token() {
     );
     assert_eq!(batched.n_past(), 6);
 }
+
+/// Strict mode against Hugging Face transformers in f32 on the dequantized weights (the issue's
+/// reference): the last position's top-10 logits for `The capital of France is`.
+#[test]
+fn strict_top10_logits_match_transformers() {
+    let hf: [(u32, f32); 10] = [
+        (7042, 17.3713),
+        (260, 14.8886),
+        (4528, 13.2450),
+        (2250, 13.0095),
+        (1315, 12.9515),
+        (5145, 12.9049),
+        (216, 12.7133),
+        (441, 12.6979),
+        (3692, 12.5837),
+        (3575, 12.1223),
+    ];
+    let file = GgufFile::open(ensure_default_model().unwrap()).unwrap();
+    let opts = ExecOptions {
+        strict: true,
+        ..ExecOptions::default()
+    };
+    let mut s = Session::new(&file, 64, opts).unwrap();
+    let logits = s.eval_batch(&PROMPT).unwrap().to_vec();
+    let mut order: Vec<usize> = (0..logits.len()).collect();
+    order.sort_by(|&a, &b| logits[b].total_cmp(&logits[a]));
+    let mut worst = 0f32;
+    for (rank, &(id, value)) in hf.iter().enumerate() {
+        assert_eq!(order[rank] as u32, id, "rank {rank}");
+        let got = logits[id as usize];
+        assert!(
+            (got - value).abs() < 1e-3,
+            "token {id}: {got} vs transformers {value}"
+        );
+        worst = worst.max((got - value).abs());
+    }
+    eprintln!("strict top-10: largest difference from transformers {worst:.6}");
+
+    // And transformers' greedy text, up to and including the end token.
+    let vocab = Vocab::from_gguf(file.gguf()).unwrap();
+    let mut logits = logits;
+    let mut out = Vec::new();
+    while out.len() < 40 {
+        let next = argmax(&logits);
+        out.push(next);
+        if next == 2 {
+            break;
+        }
+        logits = s.eval(next).unwrap().to_vec();
+    }
+    let text = String::from_utf8_lossy(&vocab.decode(&out)).into_owned();
+    assert_eq!(
+        text,
+        " Paris.\n\nThe answer is: 2018-01-22 12:12:53.<|im_end|>"
+    );
+}
