@@ -30,6 +30,8 @@ pub struct HfRopeScaling {
     pub attention_factor: Option<f64>,
     pub short_factor: Option<Vec<f64>>,
     pub long_factor: Option<Vec<f64>>,
+    /// transformers ≥ 5 keeps the base frequency here (`rope_parameters`).
+    pub rope_theta: Option<f64>,
 }
 
 impl HfRopeScaling {
@@ -56,6 +58,8 @@ pub struct HfConfig {
     pub rms_norm_eps: Option<f64>,
     pub rope_theta: Option<f64>,
     pub rope_scaling: Option<HfRopeScaling>,
+    /// transformers ≥ 5: `rope_theta` and the scaling settings in one object.
+    pub rope_parameters: Option<HfRopeScaling>,
     pub partial_rotary_factor: Option<f64>,
     pub tie_word_embeddings: Option<bool>,
     pub attention_bias: Option<bool>,
@@ -90,6 +94,17 @@ impl HfConfig {
     pub fn from_file(path: &Path) -> Result<HfConfig> {
         let text = crate::model_dir::read_small_text(path)?;
         HfConfig::from_json(&text).map_err(|e| Error::json(path, &e))
+    }
+
+    /// RoPE's base frequency, wherever the config keeps it.
+    pub fn rope_theta(&self) -> Option<f64> {
+        self.rope_theta
+            .or_else(|| self.rope_parameters.as_ref().and_then(|p| p.rope_theta))
+    }
+
+    /// RoPE scaling settings, wherever the config keeps them.
+    pub fn rope_scaling(&self) -> Option<&HfRopeScaling> {
+        self.rope_scaling.as_ref().or(self.rope_parameters.as_ref())
     }
 
     /// The weights' dtype as the config states it (`torch_dtype`, or `dtype` in newer files).

@@ -239,7 +239,7 @@ impl ModelConfig {
             .ok_or_else(|| ConfigError::Missing("model_type".into()))?;
         let n_head = need(c.num_attention_heads.or(c.n_head), "num_attention_heads")?;
         let n_embd = need(c.hidden_size.or(c.n_embd), "hidden_size")?;
-        let rope_scaling = match &c.rope_scaling {
+        let rope_scaling = match c.rope_scaling() {
             None => RopeScaling::None,
             Some(s) => {
                 let factor = s.factor.unwrap_or(1.0);
@@ -285,7 +285,7 @@ impl ModelConfig {
             rope_freq_base: if gpt2 {
                 None
             } else {
-                Some(c.rope_theta.unwrap_or(10_000.0))
+                Some(c.rope_theta().unwrap_or(10_000.0))
             },
             rope_scaling,
             tie_word_embeddings: Some(c.tie_word_embeddings.unwrap_or(gpt2)),

@@ -14,6 +14,7 @@ pub mod sampling;
 pub mod session;
 pub mod tokenizer;
 pub mod vocab;
+pub mod weights;
 
 /// Why a model could not be loaded or run.
 #[derive(Debug, thiserror::Error)]

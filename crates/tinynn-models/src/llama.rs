@@ -12,10 +12,10 @@
 use tinynn_core::graph::Graph;
 use tinynn_core::ops::{Rope, RopeMode};
 use tinynn_core::tensor::TensorId;
-use tinynn_format::gguf::GgufFile;
 use tinynn_format::model_config::{Architecture, ModelConfig, RopeScaling};
 use tinynn_format::GgmlType;
 
+use crate::weights::WeightSource;
 use crate::{ModelError, Result};
 
 /// The numbers the graph needs, derived from the config.
@@ -33,9 +33,12 @@ pub struct LlamaHparams {
 }
 
 impl LlamaHparams {
-    pub fn from_config(c: &ModelConfig) -> Result<LlamaHparams> {
+    /// `hf_layout`: weights as transformers stores them (RoPE on halves); GGUF Llama files
+    /// permute q/k rows for adjacent pairs instead.
+    pub fn from_config(c: &ModelConfig, hf_layout: bool) -> Result<LlamaHparams> {
         let mode = match c.architecture {
-            Architecture::Llama | Architecture::Mistral => RopeMode::Normal,
+            Architecture::Llama | Architecture::Mistral if !hf_layout => RopeMode::Normal,
+            Architecture::Llama | Architecture::Mistral | Architecture::Qwen2 => RopeMode::Neox,
             ref other => {
                 return Err(ModelError::UnsupportedArchitecture(
                     other.name().to_string(),
@@ -101,33 +104,41 @@ pub struct ForwardGraph {
 
 struct Builder<'a> {
     g: Graph,
-    file: &'a GgufFile,
+    src: WeightSource<'a>,
     weights: Vec<(TensorId, String)>,
 }
 
 impl Builder<'_> {
     /// A weight leaf for GGUF tensor `name`, whose dims must be `dims` (ggml order).
     fn weight(&mut self, name: &str, dims: &[usize]) -> Result<TensorId> {
-        let info = self
-            .file
-            .gguf()
-            .tensor_info(name)
+        let w = self
+            .src
+            .get(name)?
             .ok_or_else(|| ModelError::MissingTensor(name.to_string()))?;
         let want: Vec<u64> = dims.iter().map(|&d| d as u64).collect();
-        if info.dims != want {
+        if w.dims != want {
             return Err(ModelError::TensorShape {
                 name: name.to_string(),
-                got: info.dims.clone(),
+                got: w.dims,
                 want,
             });
         }
-        let t = self.g.weight(name, info.ggml_type, dims)?;
+        let t = self.g.weight(name, w.dtype, dims)?;
         self.weights.push((t, name.to_string()));
         Ok(t)
     }
 
-    fn has(&self, name: &str) -> bool {
-        self.file.gguf().tensor_info(name).is_some()
+    fn has(&self, name: &str) -> Result<bool> {
+        Ok(self.src.get(name)?.is_some())
+    }
+
+    /// `x + bias` when the model has `name` (Qwen2's q/k/v biases), else `x`.
+    fn maybe_bias(&mut self, x: TensorId, name: &str, n: usize) -> Result<TensorId> {
+        if !self.has(name)? {
+            return Ok(x);
+        }
+        let b = self.weight(name, &[n])?;
+        Ok(self.g.add(x, b)?)
     }
 
     /// `rms_norm(x) * weight`.
@@ -143,7 +154,7 @@ impl Builder<'_> {
 /// F32 for reference runs) and
 /// `n_ctx` rows.
 pub fn forward_graph(
-    file: &GgufFile,
+    src: WeightSource<'_>,
     config: &ModelConfig,
     n_ctx: usize,
     n_tokens: usize,
@@ -156,7 +167,7 @@ pub fn forward_graph(
         )));
     }
     let elem = cache_type.layout().block_bytes as usize;
-    let hp = LlamaHparams::from_config(config)?;
+    let hp = LlamaHparams::from_config(config, src.is_hf())?;
     if n_tokens == 0 || n_tokens > n_ctx {
         return Err(ModelError::Invalid(format!(
             "a batch of {n_tokens} tokens does not fit a context of {n_ctx}"
@@ -169,7 +180,7 @@ pub fn forward_graph(
     }
     let mut b = Builder {
         g: Graph::new(),
-        file,
+        src,
         weights: Vec::new(),
     };
     let (e, hd, nh, nkv) = (hp.n_embd, hp.head_dim, hp.n_head, hp.n_head_kv);
@@ -195,13 +206,16 @@ pub fn forward_graph(
         let wk = b.weight(&p("attn_k"), &[e, n_embd_kv])?;
         let wv = b.weight(&p("attn_v"), &[e, n_embd_kv])?;
         let q = b.g.mul_mat(wq, h)?;
+        let q = b.maybe_bias(q, &format!("blk.{l}.attn_q.bias"), nh * hd)?;
         let q = b.g.reshape(q, &[hd, nh, n])?;
         let q = b.g.rope(q, pos, hp.rope)?;
         let k = b.g.mul_mat(wk, h)?;
+        let k = b.maybe_bias(k, &format!("blk.{l}.attn_k.bias"), n_embd_kv)?;
         let k = b.g.reshape(k, &[hd, nkv, n])?;
         let k = b.g.rope(k, pos, hp.rope)?;
         let k = b.g.reshape(k, &[n_embd_kv, n])?;
         let v = b.g.mul_mat(wv, h)?; // [n_embd_kv, n]
+        let v = b.maybe_bias(v, &format!("blk.{l}.attn_v.bias"), n_embd_kv)?;
         let k_cache =
             b.g.persistent(&format!("cache_k.{l}"), cache_type, &[n_embd_kv, n_ctx])?;
         let v_cache =
@@ -238,7 +252,7 @@ pub fn forward_graph(
         b.g.cont(last)?
     };
     let h = b.norm(x, "output_norm.weight", hp.norm_eps, e)?;
-    let head = if b.has("output.weight") {
+    let head = if b.has("output.weight")? {
         b.weight("output.weight", &[e, hp.n_vocab])?
     } else {
         tok_embd

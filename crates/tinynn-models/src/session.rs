@@ -5,11 +5,11 @@
 
 use tinynn_core::plan::Plan;
 use tinynn_cpu::{ExecOptions, Executor, Memory};
-use tinynn_format::gguf::GgufFile;
 use tinynn_format::model_config::ModelConfig;
 use tinynn_format::GgmlType;
 
 use crate::llama::{forward_graph, ForwardGraph};
+use crate::weights::WeightSource;
 use crate::{ModelError, Result};
 
 /// One compiled forward pass and its memory.
@@ -20,7 +20,7 @@ struct Pass<'m> {
 }
 
 pub struct Session<'m> {
-    file: &'m GgufFile,
+    src: WeightSource<'m>,
     config: ModelConfig,
     n_ctx: usize,
     n_batch: usize,
@@ -41,19 +41,24 @@ pub struct Session<'m> {
 impl<'m> Session<'m> {
     /// Loads the model in `file` with a context of `n_ctx` tokens (at most the trained one) and
     /// prompt batches of up to 512 tokens.
-    pub fn new(file: &'m GgufFile, n_ctx: usize, opts: ExecOptions) -> Result<Session<'m>> {
-        Session::with_all_logits(file, n_ctx, opts, false)
+    pub fn new(
+        src: impl Into<WeightSource<'m>>,
+        n_ctx: usize,
+        opts: ExecOptions,
+    ) -> Result<Session<'m>> {
+        Session::with_all_logits(src, n_ctx, opts, false)
     }
 
     /// Like [`Session::new`]; with `all_logits`, [`Session::eval_batch`] keeps the logits of
     /// every token of the last batch (see [`Session::all_logits`]).
     pub fn with_all_logits(
-        file: &'m GgufFile,
+        src: impl Into<WeightSource<'m>>,
         n_ctx: usize,
         opts: ExecOptions,
         all_logits: bool,
     ) -> Result<Session<'m>> {
-        let config = ModelConfig::from_gguf(file.gguf())?;
+        let src = src.into();
+        let config = src.config()?;
         let n_ctx = n_ctx
             .min(config.n_ctx_train.map_or(n_ctx, |c| c as usize))
             .max(1);
@@ -63,11 +68,11 @@ impl<'m> Session<'m> {
         } else {
             GgmlType::F16
         };
-        let decode = Session::pass(file, &config, n_ctx, 1, true, false, cache_type)?;
+        let decode = Session::pass(src, &config, n_ctx, 1, true, false, cache_type)?;
         let exec = Executor::with_options(&decode.plan, opts);
         let n_vocab = decode.io.hparams.n_vocab;
         Ok(Session {
-            file,
+            src,
             config,
             n_ctx,
             n_batch: 512.min(n_ctx),
@@ -85,7 +90,7 @@ impl<'m> Session<'m> {
 
     /// A compiled pass; only the first (`owns_cache`) allocates the KV cache, the others borrow it.
     fn pass(
-        file: &'m GgufFile,
+        src: WeightSource<'m>,
         config: &ModelConfig,
         n_ctx: usize,
         n_tokens: usize,
@@ -94,7 +99,7 @@ impl<'m> Session<'m> {
         cache_type: GgmlType,
     ) -> Result<Pass<'m>> {
         let io = forward_graph(
-            file,
+            src,
             config,
             n_ctx,
             n_tokens,
@@ -105,10 +110,10 @@ impl<'m> Session<'m> {
         let shared: &[_] = if owns_cache { &[] } else { &io.caches };
         let mut mem = Memory::new_sharing(&plan, shared);
         for (t, name) in &io.weights {
-            let view = file
-                .tensor(name)
+            let w = src
+                .get(name)?
                 .ok_or_else(|| ModelError::MissingTensor(name.clone()))?;
-            mem.bind_weight(&plan, *t, view.data)?;
+            mem.bind_weight(&plan, *t, w.data)?;
         }
         Ok(Pass { io, plan, mem })
     }
@@ -134,7 +139,7 @@ impl<'m> Session<'m> {
             self.passes.pop();
         }
         let pass = Session::pass(
-            self.file,
+            self.src,
             &self.config,
             self.n_ctx,
             n,

@@ -1,0 +1,63 @@
+//! Tiny random Llama and Qwen2 models made by transformers (scripts/make-torch-fixtures.py),
+//! loaded from their HF directories (config.json + model.safetensors): in strict mode every
+//! position's logits match transformers' f32 logits within 1e-4.
+
+use std::path::Path;
+
+use tinynn_cpu::ExecOptions;
+use tinynn_format::model_dir::HfModelDir;
+use tinynn_models::session::Session;
+
+fn check(name: &str) {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures")
+        .join(name);
+    let model = HfModelDir::open(&dir).unwrap();
+    let reference: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("logits.json")).unwrap()).unwrap();
+    let tokens: Vec<u32> = reference["tokens"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t.as_u64().unwrap() as u32)
+        .collect();
+    let want: Vec<Vec<f64>> = reference["logits"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|row| {
+            row.as_array()
+                .unwrap()
+                .iter()
+                .map(|v| v.as_f64().unwrap())
+                .collect()
+        })
+        .collect();
+    let opts = ExecOptions {
+        strict: true,
+        ..ExecOptions::default()
+    };
+    let mut s = Session::with_all_logits(&model, 32, opts, true).unwrap();
+    s.eval_batch(&tokens).unwrap();
+    let got = s.all_logits();
+    let n_vocab = want[0].len();
+    assert_eq!(got.len(), tokens.len() * n_vocab);
+    let mut worst = 0f64;
+    for (i, row) in want.iter().enumerate() {
+        for (j, &w) in row.iter().enumerate() {
+            worst = worst.max((f64::from(got[i * n_vocab + j]) - w).abs());
+        }
+    }
+    eprintln!("{name}: largest logit difference from transformers {worst:.2e}");
+    assert!(worst <= 1e-4, "{name}: {worst}");
+}
+
+#[test]
+fn tiny_llama_matches_transformers() {
+    check("tiny-llama");
+}
+
+#[test]
+fn tiny_qwen2_with_biases_matches_transformers() {
+    check("tiny-qwen2");
+}

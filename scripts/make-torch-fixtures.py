@@ -1,0 +1,60 @@
+#!/usr/bin/env python3
+"""Tiny random transformers models and their logits, for tinynn's strict-mode model tests.
+
+    python3 -m venv venv && venv/bin/pip install torch transformers safetensors
+    venv/bin/python scripts/make-torch-fixtures.py crates/tinynn-models/tests/fixtures
+
+For each of a Llama and a Qwen2 (q/k/v biases) config, writes `<name>/` with config.json and
+model.safetensors (f32, seeded random init), and `<name>/logits.json` with the token ids fed and
+transformers' f32 logits for every position. The outputs are committed; CI needs no PyTorch.
+"""
+import json
+import os
+import sys
+
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
+
+out_root = sys.argv[1]
+TOKENS = [1, 17, 42, 5, 63, 8, 31, 2, 40, 11, 26, 9]
+
+common = dict(
+    vocab_size=64,
+    hidden_size=32,
+    intermediate_size=48,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    max_position_embeddings=128,
+    rms_norm_eps=1e-5,
+    rope_theta=500000.0,
+    tie_word_embeddings=False,
+    torch_dtype="float32",
+)
+
+models = {
+    "tiny-llama": (LlamaConfig(**common), LlamaForCausalLM),
+    "tiny-qwen2": (Qwen2Config(**common), Qwen2ForCausalLM),
+}
+
+for name, (config, cls) in models.items():
+    torch.manual_seed(1234)
+    model = cls(config).eval()
+    # Random init is small; scale weights up a little so logits are not all near zero, and give
+    # the Qwen2 biases non-zero values.
+    with torch.no_grad():
+        for n, p in model.named_parameters():
+            if n.endswith("bias"):
+                p.normal_(0.0, 0.5)
+            elif "norm" in n:
+                p.uniform_(0.5, 1.5)
+            else:
+                p.normal_(0.0, 0.2)
+    d = os.path.join(out_root, name)
+    os.makedirs(d, exist_ok=True)
+    model.save_pretrained(d, safe_serialization=True)
+    with torch.no_grad():
+        logits = model(torch.tensor([TOKENS])).logits[0]
+    with open(os.path.join(d, "logits.json"), "w") as f:
+        json.dump({"tokens": TOKENS, "logits": logits.tolist()}, f)
+    print(name, tuple(logits.shape), float(logits.abs().max()))
