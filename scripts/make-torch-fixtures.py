@@ -4,7 +4,7 @@
     python3 -m venv venv && venv/bin/pip install torch transformers safetensors
     venv/bin/python scripts/make-torch-fixtures.py crates/tinynn-models/tests/fixtures
 
-For each of a Llama and a Qwen2 (q/k/v biases) config, writes `<name>/` with config.json and
+For each of a Llama, a Qwen2 (q/k/v biases), a Qwen3 (q/k norms) and a Llama-3-scaled config, writes `<name>/` with config.json and
 model.safetensors (f32, seeded random init), and `<name>/logits.json` with the token ids fed and
 transformers' f32 logits for every position. The outputs are committed; CI needs no PyTorch.
 """
@@ -13,7 +13,8 @@ import os
 import sys
 
 import torch
-from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
+from transformers import (LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM,
+                          Qwen3Config, Qwen3ForCausalLM)
 
 out_root = sys.argv[1]
 TOKENS = [1, 17, 42, 5, 63, 8, 31, 2, 40, 11, 26, 9]
@@ -32,9 +33,16 @@ common = dict(
     torch_dtype="float32",
 )
 
+llama3_scaling = dict(rope_type="llama3", factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0,
+                      original_max_position_embeddings=16)
 models = {
     "tiny-llama": (LlamaConfig(**common), LlamaForCausalLM),
     "tiny-qwen2": (Qwen2Config(**common), Qwen2ForCausalLM),
+    # q/k RMSNorm per head, head_dim not hidden/heads.
+    "tiny-qwen3": (Qwen3Config(**{**common, "head_dim": 16}), Qwen3ForCausalLM),
+    # Llama 3 RoPE scaling (frequency divisors), with a short original context so it bites.
+    "tiny-llama3": (LlamaConfig(**{**common, "rope_scaling": {**llama3_scaling, "rope_theta": 500000.0}}),
+                    LlamaForCausalLM),
 }
 
 for name, (config, cls) in models.items():

@@ -30,6 +30,36 @@ pub struct LlamaHparams {
     pub n_vocab: usize,
     pub norm_eps: f32,
     pub rope: Rope,
+    /// Frequency divisors per rotated pair (Llama 3 scaling), when the config asks for them.
+    pub freq_factors: Option<Vec<f32>>,
+}
+
+/// Llama 3's frequency divisors: 1 for short wavelengths, `factor` for long ones, a smooth
+/// blend between (as transformers' `_compute_llama3_parameters` and llama.cpp's converter).
+pub fn llama3_freq_factors(
+    n_dims: usize,
+    base: f64,
+    factor: f64,
+    low: f64,
+    high: f64,
+    old_ctx: f64,
+) -> Vec<f32> {
+    let (low_wavelen, high_wavelen) = (old_ctx / low, old_ctx / high);
+    (0..n_dims / 2)
+        .map(|i| {
+            let freq = 1.0 / base.powf(2.0 * i as f64 / n_dims as f64);
+            let wavelen = 2.0 * std::f64::consts::PI / freq;
+            let f = if wavelen < high_wavelen {
+                1.0
+            } else if wavelen > low_wavelen {
+                factor
+            } else {
+                let smooth = (old_ctx / wavelen - low) / (high - low);
+                1.0 / ((1.0 - smooth) / factor + smooth)
+            };
+            f as f32
+        })
+        .collect()
 }
 
 impl LlamaHparams {
@@ -38,7 +68,10 @@ impl LlamaHparams {
     pub fn from_config(c: &ModelConfig, hf_layout: bool) -> Result<LlamaHparams> {
         let mode = match c.architecture {
             Architecture::Llama | Architecture::Mistral if !hf_layout => RopeMode::Normal,
-            Architecture::Llama | Architecture::Mistral | Architecture::Qwen2 => RopeMode::Neox,
+            Architecture::Llama
+            | Architecture::Mistral
+            | Architecture::Qwen2
+            | Architecture::Qwen3 => RopeMode::Neox,
             ref other => {
                 return Err(ModelError::UnsupportedArchitecture(
                     other.name().to_string(),
@@ -57,6 +90,8 @@ impl LlamaHparams {
             RopeScaling::Linear { factor } if *factor > 0.0 => {
                 rope.freq_scale = (1.0 / factor) as f32
             }
+            // Llama 3: per-dimension frequency divisors (computed in `llama3_freq_factors`).
+            RopeScaling::Llama3 { .. } => {}
             other => {
                 return Err(ModelError::Invalid(format!(
                     "RoPE scaling {other:?} is not supported yet"
@@ -72,6 +107,22 @@ impl LlamaHparams {
             n_ff: c.n_ff.ok_or_else(|| missing("the feed-forward length"))? as usize,
             n_vocab: c.n_vocab.ok_or_else(|| missing("the vocabulary size"))? as usize,
             norm_eps: c.norm_eps.unwrap_or(1e-5) as f32,
+            freq_factors: match c.rope_scaling {
+                RopeScaling::Llama3 {
+                    factor,
+                    low_freq_factor,
+                    high_freq_factor,
+                    original_context,
+                } => Some(llama3_freq_factors(
+                    rope.n_dims,
+                    f64::from(rope.freq_base),
+                    factor,
+                    low_freq_factor.unwrap_or(1.0),
+                    high_freq_factor.unwrap_or(4.0),
+                    original_context.unwrap_or(8192) as f64,
+                )),
+                _ => None,
+            },
             rope,
         })
     }
@@ -93,6 +144,8 @@ pub struct ForwardGraph {
     pub mask: Option<TensorId>,
     /// The persistent K and V caches, per layer.
     pub caches: Vec<TensorId>,
+    /// F32 `[n_dims/2]` RoPE frequency divisors to write once (`hparams.freq_factors`).
+    pub freq_input: Option<TensorId>,
     /// F32 `[n_vocab, 1]`: the logits after the last token (`[n_vocab, n_tokens]` with
     /// `all_logits`).
     pub logits: TensorId,
@@ -130,6 +183,14 @@ impl Builder<'_> {
 
     fn has(&self, name: &str) -> Result<bool> {
         Ok(self.src.get(name)?.is_some())
+    }
+
+    /// Qwen3's per-head RMSNorm of q or k (`[hd, heads, n]`) when the model has `name`.
+    fn head_norm(&mut self, x: TensorId, name: &str, eps: f32, hd: usize) -> Result<TensorId> {
+        if !self.has(name)? {
+            return Ok(x);
+        }
+        self.norm(x, name, eps, hd)
     }
 
     /// `x + bias` when the model has `name` (Qwen2's q/k/v biases), else `x`.
@@ -195,6 +256,19 @@ pub fn forward_graph(
         None
     };
     let mut caches = Vec::with_capacity(2 * hp.n_layer);
+    // RoPE frequency divisors: a GGUF tensor (Llama 3 files carry `rope_freqs.weight`), or
+    // computed from the config and written by the session.
+    let n_pairs = hp.rope.n_dims / 2;
+    let mut freq_input = None;
+    let freqs = if b.has("rope_freqs.weight")? {
+        Some(b.weight("rope_freqs.weight", &[n_pairs])?)
+    } else if hp.freq_factors.is_some() {
+        let t = b.g.input("rope_freqs", GgmlType::F32, &[n_pairs])?;
+        freq_input = Some(t);
+        Some(t)
+    } else {
+        None
+    };
     let tok_embd = b.weight("token_embd.weight", &[e, hp.n_vocab])?;
     let mut x = b.g.get_rows(tok_embd, tokens)?; // [e, n]
     let scale = 1.0 / (hd as f32).sqrt();
@@ -208,11 +282,13 @@ pub fn forward_graph(
         let q = b.g.mul_mat(wq, h)?;
         let q = b.maybe_bias(q, &format!("blk.{l}.attn_q.bias"), nh * hd)?;
         let q = b.g.reshape(q, &[hd, nh, n])?;
-        let q = b.g.rope(q, pos, hp.rope)?;
+        let q = b.head_norm(q, &format!("blk.{l}.attn_q_norm.weight"), hp.norm_eps, hd)?;
+        let q = b.g.rope_ext(q, pos, freqs, hp.rope)?;
         let k = b.g.mul_mat(wk, h)?;
         let k = b.maybe_bias(k, &format!("blk.{l}.attn_k.bias"), n_embd_kv)?;
         let k = b.g.reshape(k, &[hd, nkv, n])?;
-        let k = b.g.rope(k, pos, hp.rope)?;
+        let k = b.head_norm(k, &format!("blk.{l}.attn_k_norm.weight"), hp.norm_eps, hd)?;
+        let k = b.g.rope_ext(k, pos, freqs, hp.rope)?;
         let k = b.g.reshape(k, &[n_embd_kv, n])?;
         let v = b.g.mul_mat(wv, h)?; // [n_embd_kv, n]
         let v = b.maybe_bias(v, &format!("blk.{l}.attn_v.bias"), n_embd_kv)?;
@@ -269,6 +345,7 @@ pub fn forward_graph(
         kv_len,
         mask,
         caches,
+        freq_input,
         logits,
         all_logits,
         weights: b.weights,

@@ -115,6 +115,9 @@ impl<'m> Session<'m> {
                 .ok_or_else(|| ModelError::MissingTensor(name.clone()))?;
             mem.bind_weight(&plan, *t, w.data)?;
         }
+        if let (Some(t), Some(f)) = (io.freq_input, &io.hparams.freq_factors) {
+            mem.write_f32(&plan, t, f)?;
+        }
         Ok(Pass { io, plan, mem })
     }
 

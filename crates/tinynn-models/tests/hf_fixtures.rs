@@ -45,7 +45,9 @@ fn check(name: &str) {
     let mut worst = 0f64;
     for (i, row) in want.iter().enumerate() {
         for (j, &w) in row.iter().enumerate() {
-            worst = worst.max((f64::from(got[i * n_vocab + j]) - w).abs());
+            let g = f64::from(got[i * n_vocab + j]);
+            assert!(g.is_finite(), "{name}: logit [{i}, {j}] is {g}");
+            worst = worst.max((g - w).abs());
         }
     }
     eprintln!("{name}: largest logit difference from transformers {worst:.2e}");
@@ -60,4 +62,14 @@ fn tiny_llama_matches_transformers() {
 #[test]
 fn tiny_qwen2_with_biases_matches_transformers() {
     check("tiny-qwen2");
+}
+
+#[test]
+fn tiny_qwen3_with_qk_norms_matches_transformers() {
+    check("tiny-qwen3");
+}
+
+#[test]
+fn tiny_llama3_rope_scaling_matches_transformers() {
+    check("tiny-llama3");
 }
