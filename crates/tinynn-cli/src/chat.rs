@@ -103,6 +103,7 @@ pub fn run(args: &ChatArgs) -> Result<()> {
             &logits,
             args.n_predict,
             false,
+            &args.sampling.stop,
         )?;
         emit("\n")?;
         // The reply's last token was sampled but not evaluated: the cache holds the rest.

@@ -8,6 +8,7 @@ use clap::Args;
 use tinynn_cpu::ExecOptions;
 use tinynn_models::sampling::{Penalties, Sampler, Strategy};
 use tinynn_models::session::Session;
+use tinynn_models::stop::StopMatcher;
 use tinynn_models::tokenizer::{StreamDecoder, Tokenizer};
 use tinynn_models::vocab::Vocab;
 
@@ -71,6 +72,9 @@ pub struct SamplingArgs {
     /// Random seed (default: from the clock); the same seed and settings give the same text.
     #[arg(short = 's', long = "seed")]
     pub seed: Option<u64>,
+    /// Stop when the output contains this text (repeatable); it is not printed.
+    #[arg(long = "stop")]
+    pub stop: Vec<String>,
 }
 
 impl SamplingArgs {
@@ -111,7 +115,9 @@ pub fn emit(s: &str) -> Result<()> {
 }
 
 /// Generates up to `max` tokens after `logits`, streaming text through `emit`; stops at an end
-/// token unless `ignore_eos`. Returns the generated ids (the end token excluded).
+/// token unless `ignore_eos`, or at any of `stops` (matched across tokens, never printed).
+/// Returns the generated ids (the end token excluded).
+#[allow(clippy::too_many_arguments)]
 pub fn generate(
     session: &mut Session<'_>,
     sampler: &mut Sampler,
@@ -120,9 +126,11 @@ pub fn generate(
     logits: &[f32],
     max: usize,
     ignore_eos: bool,
+    stops: &[String],
 ) -> Result<Vec<u32>> {
     let mut logits = logits.to_vec();
     let mut stream = StreamDecoder::default();
+    let mut matcher = StopMatcher::new(stops);
     let mut out = Vec::new();
     let budget = max.min(session.n_ctx().saturating_sub(session.n_past()));
     while out.len() < budget {
@@ -132,12 +140,20 @@ pub fn generate(
         }
         sampler.accept(next);
         out.push(next);
-        emit(&stream.push(&vocab.token_bytes(next)))?;
+        let (text, stopped) = matcher.push(&stream.push(&vocab.token_bytes(next)));
+        emit(&text)?;
+        if stopped {
+            return Ok(out);
+        }
         if out.len() == budget {
             break;
         }
         logits.copy_from_slice(session.eval(next)?);
     }
-    emit(&stream.finish())?;
+    let (text, stopped) = matcher.push(&stream.finish());
+    emit(&text)?;
+    if !stopped {
+        emit(&matcher.finish())?;
+    }
     Ok(out)
 }

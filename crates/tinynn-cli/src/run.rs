@@ -94,6 +94,7 @@ pub fn run(args: &RunArgs) -> Result<()> {
         &logits,
         args.n_predict,
         args.ignore_eos,
+        &args.sampling.stop,
     )?;
     emit("\n")?;
     let gen_time = t1.elapsed();

@@ -197,3 +197,28 @@ fn chat_two_turns() {
         "{text:?}"
     );
 }
+
+#[test]
+fn stop_strings_end_output_before_they_appear() {
+    let out = run_measured(
+        tnn()
+            .args([
+                "run",
+                "-n",
+                "48",
+                "--temp",
+                "0",
+                "-t",
+                "2",
+                "--stop",
+                "population of",
+                "-m",
+            ])
+            .arg(real_model()),
+    );
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    assert_eq!(
+        out.stdout,
+        "The capital of France is Paris.\n\nThe United States has a \n"
+    );
+}

@@ -12,6 +12,7 @@ pub mod llama;
 pub mod perplexity;
 pub mod sampling;
 pub mod session;
+pub mod stop;
 pub mod tokenizer;
 pub mod vocab;
 pub mod weights;
