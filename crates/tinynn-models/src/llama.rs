@@ -4,7 +4,8 @@
 //!
 //! A forward graph handles `n_tokens` tokens at once (1 for decoding, a batch for prefill).
 //! Positions and the cache length are run-time inputs, so a graph is compiled once and reused
-//! for every call: the new K/V rows are written into the persistent caches with `set_rows` at
+//! for every call: the new K/V rows are written into the persistent, head-major caches with
+//! `set_rows` at
 //! their positions, and attention reads the first `kv_len` cache rows (with a causal mask when
 //! several tokens go at once). Logits come for the last token, or for every token (`all_logits`,
 //! for perplexity).
@@ -139,6 +140,9 @@ pub struct ForwardGraph {
     pub pos: TensorId,
     /// I32 `[1]`: cache rows valid after these tokens (last position + 1).
     pub kv_len: TensorId,
+    /// I32 `[n_head_kv · n_tokens]`: cache row of KV head h of token t, `h·n_ctx + pos[t]`, at
+    /// index `h + n_head_kv·t` (the caches are head-major: `[head_dim, n_ctx · n_head_kv]`).
+    pub kv_rows: TensorId,
     /// F32 `[n_ctx, n_tokens]`: 0 where token i may attend to cache row j, -inf elsewhere
     /// (only when `n_tokens > 1`; one token attends to every valid row).
     pub mask: Option<TensorId>,
@@ -250,6 +254,7 @@ pub fn forward_graph(
     let tokens = b.g.input("tokens", GgmlType::I32, &[n])?;
     let pos = b.g.input("pos", GgmlType::I32, &[n])?;
     let kv_len = b.g.input("kv_len", GgmlType::I32, &[1])?;
+    let kv_rows = b.g.input("kv_rows", GgmlType::I32, &[hp.n_head_kv * n])?;
     let mask = if n > 1 {
         Some(b.g.input("mask", GgmlType::F32, &[n_ctx, n])?)
     } else {
@@ -289,19 +294,23 @@ pub fn forward_graph(
         let k = b.g.reshape(k, &[hd, nkv, n])?;
         let k = b.head_norm(k, &format!("blk.{l}.attn_k_norm.weight"), hp.norm_eps, hd)?;
         let k = b.g.rope_ext(k, pos, freqs, hp.rope)?;
-        let k = b.g.reshape(k, &[n_embd_kv, n])?;
+        let k = b.g.reshape(k, &[hd, nkv * n])?; // rows: head h of token t at h + nkv·t
         let v = b.g.mul_mat(wv, h)?; // [n_embd_kv, n]
         let v = b.maybe_bias(v, &format!("blk.{l}.attn_v.bias"), n_embd_kv)?;
         let k_cache =
-            b.g.persistent(&format!("cache_k.{l}"), cache_type, &[n_embd_kv, n_ctx])?;
+            b.g.persistent(&format!("cache_k.{l}"), cache_type, &[hd, n_ctx * nkv])?;
         let v_cache =
-            b.g.persistent(&format!("cache_v.{l}"), cache_type, &[n_embd_kv, n_ctx])?;
+            b.g.persistent(&format!("cache_v.{l}"), cache_type, &[hd, n_ctx * nkv])?;
         caches.extend([k_cache, v_cache]);
-        b.g.set_rows(k_cache, k, pos)?;
-        b.g.set_rows(v_cache, v, pos)?;
-        let row = n_embd_kv * elem;
-        let kview = b.g.view(k_cache, &[hd, n_ctx, nkv], &[row, hd * elem], 0)?;
-        let vview = b.g.view(v_cache, &[hd, n_ctx, nkv], &[row, hd * elem], 0)?;
+        let v = b.g.reshape(v, &[hd, nkv * n])?;
+        b.g.set_rows(k_cache, k, kv_rows)?;
+        b.g.set_rows(v_cache, v, kv_rows)?;
+        // Head-major: each KV head's rows are contiguous over positions.
+        let head_stride = n_ctx * hd * elem;
+        let kview =
+            b.g.view(k_cache, &[hd, n_ctx, nkv], &[hd * elem, head_stride], 0)?;
+        let vview =
+            b.g.view(v_cache, &[hd, n_ctx, nkv], &[hd * elem, head_stride], 0)?;
         let qh = b.g.permute(q, [0, 2, 1, 3])?; // [hd, n, nh]
         let att =
             b.g.flash_attn(qh, kview, vview, mask, Some(kv_len), scale, 0.0)?; // [hd, nh, n]
@@ -343,6 +352,7 @@ pub fn forward_graph(
         tokens,
         pos,
         kv_len,
+        kv_rows,
         mask,
         caches,
         freq_input,

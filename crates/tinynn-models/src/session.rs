@@ -247,6 +247,11 @@ impl<'m> Session<'m> {
         pass.mem.write_i32(&pass.plan, pass.io.pos, &pos)?;
         pass.mem
             .write_i32(&pass.plan, pass.io.kv_len, &[(start + n) as i32])?;
+        let (n_kv_heads, n_ctx) = (pass.io.hparams.n_head_kv, self.n_ctx);
+        let rows: Vec<i32> = (0..n)
+            .flat_map(|t| (0..n_kv_heads).map(move |h| (h * n_ctx + start + t) as i32))
+            .collect();
+        pass.mem.write_i32(&pass.plan, pass.io.kv_rows, &rows)?;
         if let Some(mask) = pass.io.mask {
             // Token q (at position start + q) sees cache rows 0..=start + q.
             self.mask.clear();
