@@ -17,10 +17,10 @@ from transformers import (LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCa
                           Qwen3Config, Qwen3ForCausalLM)
 
 out_root = sys.argv[1]
-TOKENS = [1, 17, 42, 5, 63, 8, 31, 2, 40, 11, 26, 9]
+TOKENS = [1, 17, 42, 5, 63, 8, 31, 2, 40, 11, 26, 9, 300, 257]
 
 common = dict(
-    vocab_size=64,
+    vocab_size=320,
     hidden_size=32,
     intermediate_size=48,
     num_hidden_layers=2,
@@ -45,6 +45,19 @@ models = {
                     LlamaForCausalLM),
 }
 
+def train_tokenizer(path):
+    """A tiny byte-level BPE (256 bytes + merges + 2 specials = 320 ids) trained on Debian's
+    GPL-3 text, saved as tokenizer.json for the Llama fixture."""
+    from tokenizers import Tokenizer, decoders, models as tmodels, pre_tokenizers, trainers
+    tok = Tokenizer(tmodels.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=320, special_tokens=["<s>", "</s>"],
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tok.train(["/usr/share/common-licenses/GPL-3"], trainer)
+    tok.save(path)
+    return tok
+
 for name, (config, cls) in models.items():
     torch.manual_seed(1234)
     model = cls(config).eval()
@@ -66,3 +79,6 @@ for name, (config, cls) in models.items():
     with open(os.path.join(d, "logits.json"), "w") as f:
         json.dump({"tokens": TOKENS, "logits": logits.tolist()}, f)
     print(name, tuple(logits.shape), float(logits.abs().max()))
+
+tok = train_tokenizer(os.path.join(out_root, "tiny-llama", "tokenizer.json"))
+print("tokenizer", tok.get_vocab_size(), tok.encode("the license").ids)

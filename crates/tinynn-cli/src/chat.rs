@@ -4,9 +4,9 @@
 use std::io::BufRead;
 use std::path::{Path, PathBuf};
 
+use crate::model::Model;
 use anyhow::{bail, Context, Result};
 use clap::Args;
-use tinynn_format::gguf::GgufFile;
 use tinynn_models::chat::{ChatTemplate, Message};
 use tinynn_models::session::Session;
 use tinynn_models::tokenizer::Tokenizer;
@@ -33,7 +33,7 @@ pub struct ChatArgs {
 
 /// The chat template: from `--chat-template`, else the model's.
 pub fn template(
-    file: &GgufFile,
+    model: &Model,
     tokenizer: &Tokenizer,
     vocab: &Vocab,
     path: Option<&Path>,
@@ -48,19 +48,19 @@ pub fn template(
             std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?;
         return Ok(ChatTemplate::new(source, &bos, &eos));
     }
-    match ChatTemplate::from_gguf(file.gguf(), &bos, &eos)? {
-        Some(t) => Ok(t),
+    match model.chat_template()? {
+        Some(source) => Ok(ChatTemplate::new(source, &bos, &eos)),
         None => bail!("the model has no chat template; give one with --chat-template FILE"),
     }
 }
 
 pub fn run(args: &ChatArgs) -> Result<()> {
     let path = args.model.path()?;
-    let file = GgufFile::open(&path)?;
-    let tokenizer = Tokenizer::from_gguf(file.gguf())?;
-    let vocab = Vocab::from_gguf(file.gguf())?;
-    let template = template(&file, &tokenizer, &vocab, args.chat_template.as_deref())?;
-    let mut session = Session::new(&file, args.model.ctx, args.model.exec_options())?;
+    let model = Model::open(&path)?;
+    let tokenizer = model.tokenizer()?;
+    let vocab = model.vocab(&tokenizer)?;
+    let template = template(&model, &tokenizer, &vocab, args.chat_template.as_deref())?;
+    let mut session = Session::new(model.source(), args.model.ctx, args.model.exec_options())?;
     session.set_n_batch(args.model.batch);
     let mut sampler = args.sampling.sampler();
     let mut messages = Vec::new();

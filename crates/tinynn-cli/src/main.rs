@@ -3,6 +3,7 @@
 mod chat;
 mod generate;
 mod inspect;
+mod model;
 mod perplexity;
 mod plan;
 mod run;

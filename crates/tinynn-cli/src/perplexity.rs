@@ -4,14 +4,13 @@
 use std::path::PathBuf;
 use std::time::Instant;
 
+use crate::model::Model;
 use anyhow::{Context, Result};
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
 use tinynn_cpu::ExecOptions;
-use tinynn_format::gguf::GgufFile;
 use tinynn_models::perplexity::perplexity;
 use tinynn_models::session::Session;
-use tinynn_models::tokenizer::Tokenizer;
 
 #[derive(Args)]
 pub struct PerplexityArgs {
@@ -42,8 +41,8 @@ pub fn run(args: &PerplexityArgs) -> Result<()> {
     };
     let text = std::fs::read_to_string(&args.file)
         .with_context(|| format!("reading {}", args.file.display()))?;
-    let file = GgufFile::open(&path)?;
-    let tokenizer = Tokenizer::from_gguf(file.gguf())?;
+    let model = Model::open(&path)?;
+    let tokenizer = model.tokenizer()?;
     let tokens = tokenizer.encode(&text, true)?;
     let opts = ExecOptions {
         threads: args
@@ -52,7 +51,7 @@ pub fn run(args: &PerplexityArgs) -> Result<()> {
         strict: args.strict,
         trace: false,
     };
-    let mut session = Session::with_all_logits(&file, args.ctx, opts, true)
+    let mut session = Session::with_all_logits(model.source(), args.ctx, opts, true)
         .with_context(|| format!("loading {}", path.display()))?;
     let bos = if tokenizer.encode("", true)?.is_empty() {
         None

@@ -6,7 +6,6 @@ use std::path::PathBuf;
 use anyhow::{Context, Result};
 use clap::Args;
 use tinynn_cpu::ExecOptions;
-use tinynn_format::gguf::GgufFile;
 use tinynn_models::session::Session;
 
 #[derive(Args)]
@@ -30,8 +29,8 @@ pub fn run(args: &PlanArgs) -> Result<()> {
         Some(p) => p.clone(),
         None => tinynn_format::model_cache::ensure_default_model()?,
     };
-    let file = GgufFile::open(&path)?;
-    let mut session = Session::new(&file, args.ctx, ExecOptions::default())
+    let model = crate::model::Model::open(&path)?;
+    let mut session = Session::new(model.source(), args.ctx, ExecOptions::default())
         .with_context(|| format!("loading {}", path.display()))?;
     let mut out = String::new();
     let batch = args.batch.clamp(1, session.n_ctx());

@@ -4,13 +4,11 @@
 use std::path::PathBuf;
 use std::time::Instant;
 
+use crate::model::Model;
 use anyhow::{bail, Context, Result};
 use clap::Args;
-use tinynn_format::gguf::GgufFile;
 use tinynn_models::chat::Message;
 use tinynn_models::session::Session;
-use tinynn_models::tokenizer::Tokenizer;
-use tinynn_models::vocab::Vocab;
 
 use crate::generate::{emit, generate, ModelArgs, SamplingArgs};
 
@@ -46,17 +44,16 @@ pub struct RunArgs {
 
 pub fn run(args: &RunArgs) -> Result<()> {
     let path = args.model.path()?;
-    let file = GgufFile::open(&path)?;
-    let tokenizer = Tokenizer::from_gguf(file.gguf())
-        .with_context(|| format!("{}: tokenizer", path.display()))?;
-    let vocab = Vocab::from_gguf(file.gguf())?;
+    let model = Model::open(&path)?;
+    let tokenizer = model.tokenizer()?;
+    let vocab = model.vocab(&tokenizer)?;
     let opts = args.model.exec_options();
-    let mut session = Session::new(&file, args.model.ctx, opts)
+    let mut session = Session::new(model.source(), args.model.ctx, opts)
         .with_context(|| format!("loading {}", path.display()))?;
     session.set_n_batch(args.model.batch);
     let text = if args.chat {
         let template =
-            crate::chat::template(&file, &tokenizer, &vocab, args.chat_template.as_deref())?;
+            crate::chat::template(&model, &tokenizer, &vocab, args.chat_template.as_deref())?;
         let mut messages = Vec::new();
         if let Some(sys) = &args.system {
             messages.push(Message::new("system", sys));

@@ -222,3 +222,33 @@ fn stop_strings_end_output_before_they_appear() {
         "The capital of France is Paris.\n\nThe United States has a \n"
     );
 }
+
+/// A Hugging Face directory (config.json + model.safetensors + tokenizer.json) runs end to end.
+#[test]
+fn runs_a_hugging_face_directory() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../tinynn-models/tests/fixtures/tiny-llama");
+    let out = run_measured(
+        tnn()
+            .args([
+                "run",
+                "-p",
+                "the license",
+                "-n",
+                "12",
+                "--temp",
+                "0",
+                "-t",
+                "2",
+                "-m",
+            ])
+            .arg(&dir),
+    );
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    assert!(out.stdout.starts_with("the license"), "{}", out.stdout);
+    assert!(
+        out.stderr.contains("prompt: 4 tokens") && out.stderr.contains("generation: 12 tokens"),
+        "{}",
+        out.stderr
+    );
+}

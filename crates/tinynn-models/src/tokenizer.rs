@@ -33,6 +33,8 @@ pub struct Tokenizer {
     eos: Option<u32>,
     eot: Option<u32>,
     add_bos: bool,
+    /// `tokenizer.json` brings its own post-processor (which adds BOS itself).
+    own_specials: bool,
 }
 
 fn hf_err(e: impl std::fmt::Display) -> ModelError {
@@ -129,12 +131,54 @@ impl Tokenizer {
             eos: id(Key::TokenizerEosId)?,
             eot: id(Key::TokenizerEotId)?,
             add_bos: g.get_bool(Key::TokenizerAddBos)?.unwrap_or(false),
+            own_specials: false,
         })
+    }
+
+    /// A Hugging Face `tokenizer.json`; `bos`/`eos` come from the model's config.
+    pub fn from_hf_file(
+        path: &std::path::Path,
+        bos: Option<u32>,
+        eos: Option<u32>,
+    ) -> Result<Tokenizer> {
+        let len = std::fs::metadata(path)
+            .map_err(|e| ModelError::Invalid(format!("{}: {e}", path.display())))?
+            .len();
+        if len > tinynn_format::model_dir::MAX_JSON_BYTES {
+            return Err(ModelError::Invalid(format!(
+                "{}: {len} bytes is too large for a tokenizer",
+                path.display()
+            )));
+        }
+        let inner = HfTokenizer::from_file(path)
+            .map_err(|e| ModelError::Invalid(format!("{}: {e}", path.display())))?;
+        Ok(Tokenizer {
+            inner,
+            bos,
+            eos,
+            eot: None,
+            add_bos: false,
+            own_specials: true,
+        })
+    }
+
+    /// Every token's string, by id (for byte-level detokenization).
+    pub fn token_strings(&self) -> Vec<String> {
+        let vocab = self.inner.get_vocab(true);
+        let mut out =
+            vec![String::new(); vocab.values().map(|&i| i as usize + 1).max().unwrap_or(0)];
+        for (s, i) in vocab {
+            out[i as usize] = s;
+        }
+        out
     }
 
     /// Token ids of `text`; with `special`, BOS is prepended when the model asks for it.
     pub fn encode(&self, text: &str, special: bool) -> Result<Vec<u32>> {
-        let enc = self.inner.encode_fast(text, false).map_err(hf_err)?;
+        let enc = self
+            .inner
+            .encode_fast(text, special && self.own_specials)
+            .map_err(hf_err)?;
         let mut ids = Vec::with_capacity(enc.len() + 1);
         if special && self.add_bos {
             ids.extend(self.bos);

@@ -54,6 +54,21 @@ impl Vocab {
         Ok(Vocab { kind, tokens })
     }
 
+    /// From token strings by id (a `tokenizer.json`'s vocabulary): byte-level unless the
+    /// pieces use SentencePiece's `▁`.
+    pub fn from_strings(tokens: Vec<String>) -> Vocab {
+        let sentencepiece = tokens.iter().any(|t| t.contains('\u{2581}'))
+            && !tokens.iter().any(|t| t.contains('\u{120}'));
+        Vocab {
+            kind: if sentencepiece {
+                VocabKind::SentencePiece
+            } else {
+                VocabKind::ByteLevelBpe
+            },
+            tokens: tokens.into_iter().map(String::into_bytes).collect(),
+        }
+    }
+
     pub fn kind(&self) -> VocabKind {
         self.kind
     }

@@ -73,3 +73,24 @@ fn tiny_qwen3_with_qk_norms_matches_transformers() {
 fn tiny_llama3_rope_scaling_matches_transformers() {
     check("tiny-llama3");
 }
+
+/// The fixture's tokenizer.json (trained by the fixture script with HF tokenizers): the ids
+/// Python printed, and an exact round trip of the GPL-3 text.
+#[test]
+fn hf_tokenizer_json() {
+    use tinynn_models::tokenizer::Tokenizer;
+    use tinynn_models::vocab::Vocab;
+    let path =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/tiny-llama/tokenizer.json");
+    let tok = Tokenizer::from_hf_file(&path, Some(1), Some(2)).unwrap();
+    assert_eq!(
+        tok.encode("the license", true).unwrap(),
+        [309, 70, 315, 302]
+    );
+    let text = std::fs::read_to_string("/usr/share/common-licenses/GPL-3").unwrap();
+    let ids = tok.encode(&text, false).unwrap();
+    assert_eq!(tok.decode(&ids).unwrap(), text);
+    let vocab = Vocab::from_strings(tok.token_strings());
+    assert_eq!(String::from_utf8(vocab.decode(&ids)).unwrap(), text);
+    assert!(tok.is_end(2));
+}
