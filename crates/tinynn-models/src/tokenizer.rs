@@ -1,7 +1,8 @@
 //! Text ↔ token ids for GGUF models, built on Hugging Face's `tokenizers` from the vocabulary,
 //! merges and pre-tokenizer name in the file's metadata.
 //!
-//! Byte-level BPE (`tokenizer.ggml.model = gpt2`) with the pre-tokenizer splits llama.cpp uses
+//! SentencePiece BPE (`tokenizer.ggml.model = llama`), and byte-level BPE (`gpt2`) with the
+//! pre-tokenizer splits llama.cpp uses
 //! for `tokenizer.ggml.pre`: `smollm` (digits one by one, then GPT-2's pattern), `llama-bpe`
 //! (Llama 3) and `qwen2`; other names fall back to GPT-2's pattern. Control tokens are special
 //! tokens: they are matched in text and never split.
@@ -45,9 +46,10 @@ impl Tokenizer {
     pub fn from_gguf(g: &Gguf) -> Result<Tokenizer> {
         match g.get_str(Key::TokenizerModel)? {
             Some("gpt2") => {}
+            Some("llama") => return Tokenizer::sentencepiece_from_gguf(g),
             other => {
                 return Err(ModelError::Invalid(format!(
-                    "tokenizer model {other:?} is not supported yet (only gpt2-style BPE)"
+                    "tokenizer model {other:?} is not supported yet (gpt2 and llama are)"
                 )))
             }
         }
@@ -131,6 +133,110 @@ impl Tokenizer {
             eos: id(Key::TokenizerEosId)?,
             eot: id(Key::TokenizerEotId)?,
             add_bos: g.get_bool(Key::TokenizerAddBos)?.unwrap_or(false),
+            own_specials: false,
+        })
+    }
+
+    /// SentencePiece BPE (`tokenizer.ggml.model = llama`: Llama 2, TinyLlama, Mistral): pieces
+    /// with scores, `▁` for spaces (and one in front when `add_space_prefix`), unknown bytes
+    /// through `<0xXX>` pieces. Merges are every split of a piece into two pieces, ranked by the
+    /// merged piece's score, which is how SentencePiece's BPE decides.
+    fn sentencepiece_from_gguf(g: &Gguf) -> Result<Tokenizer> {
+        use tokenizers::decoders::byte_fallback::ByteFallback;
+        use tokenizers::decoders::fuse::Fuse;
+        use tokenizers::decoders::sequence::Sequence as DecoderSequence;
+        use tokenizers::decoders::strip::Strip;
+        use tokenizers::normalizers::{Prepend, Replace, Sequence as NormalizerSequence};
+
+        let Some(Array::String(tokens)) = g.get_array(Key::TokenizerTokens)? else {
+            return Err(ModelError::Invalid(
+                "tokenizer.ggml.tokens is missing".into(),
+            ));
+        };
+        let scores: Vec<f32> = match g.get_array(Key::TokenizerScores)? {
+            Some(Array::F32(s)) if s.len() == tokens.len() => s.clone(),
+            _ => {
+                return Err(ModelError::Invalid(
+                    "tokenizer.ggml.scores is missing or the wrong length".into(),
+                ))
+            }
+        };
+        let types: Vec<i32> = match g.get_array(Key::TokenizerTokenType)? {
+            Some(Array::I32(t)) if t.len() == tokens.len() => t.clone(),
+            _ => vec![1; tokens.len()],
+        };
+        let pieces: Vec<&str> = tokens
+            .iter()
+            .enumerate()
+            .map(|(i, t)| {
+                t.as_str()
+                    .ok_or_else(|| ModelError::Invalid(format!("token {i} is not UTF-8")))
+            })
+            .collect::<Result<_>>()?;
+        let vocab: tokenizers::models::bpe::Vocab = pieces
+            .iter()
+            .enumerate()
+            .map(|(i, p)| (p.to_string(), i as u32))
+            .collect();
+        let mut merges: Vec<(f32, u32, &str, &str)> = Vec::new();
+        for (i, piece) in pieces.iter().enumerate() {
+            if types[i] != 1 && types[i] != TOKEN_USER_DEFINED {
+                continue;
+            }
+            for (at, _) in piece.char_indices().skip(1) {
+                let (a, b) = piece.split_at(at);
+                if vocab.contains_key(a) && vocab.contains_key(b) {
+                    merges.push((scores[i], i as u32, a, b));
+                }
+            }
+        }
+        merges.sort_by(|x, y| y.0.total_cmp(&x.0).then(x.1.cmp(&y.1)));
+        let merges = merges
+            .into_iter()
+            .map(|(_, _, a, b)| (a.to_string(), b.to_string()))
+            .collect();
+        let id = |k| g.get_u64(k).map(|v| v.map(|v| v as u32));
+        let unk = id(Key::TokenizerUnknownId)?;
+        let mut builder = BPE::builder()
+            .vocab_and_merges(vocab, merges)
+            .byte_fallback(true)
+            .fuse_unk(true);
+        if let Some(u) = unk.and_then(|u| pieces.get(u as usize)) {
+            builder = builder.unk_token(u.to_string());
+        }
+        let mut inner = HfTokenizer::new(builder.build().map_err(hf_err)?);
+        let prefix = g
+            .get_raw("tokenizer.ggml.add_space_prefix")
+            .and_then(|v| v.as_bool())
+            .unwrap_or(true);
+        let mut norm: Vec<tokenizers::NormalizerWrapper> = Vec::new();
+        if prefix {
+            norm.push(Prepend::new("\u{2581}".into()).into());
+        }
+        norm.push(Replace::new(" ", "\u{2581}").map_err(hf_err)?.into());
+        inner.with_normalizer(Some(NormalizerSequence::new(norm)));
+        let mut dec: Vec<tokenizers::DecoderWrapper> = vec![
+            Replace::new("\u{2581}", " ").map_err(hf_err)?.into(),
+            ByteFallback::default().into(),
+            Fuse::default().into(),
+        ];
+        if prefix {
+            dec.push(Strip::new(' ', 1, 0).into());
+        }
+        inner.with_decoder(Some(DecoderSequence::new(dec)));
+        let special: Vec<AddedToken> = pieces
+            .iter()
+            .zip(&types)
+            .filter(|(_, &t)| t == TOKEN_CONTROL || t == TOKEN_USER_DEFINED)
+            .map(|(p, &t)| AddedToken::from(p.to_string(), t == TOKEN_CONTROL))
+            .collect();
+        inner.add_special_tokens(&special);
+        Ok(Tokenizer {
+            inner,
+            bos: id(Key::TokenizerBosId)?,
+            eos: id(Key::TokenizerEosId)?,
+            eot: id(Key::TokenizerEotId)?,
+            add_bos: g.get_bool(Key::TokenizerAddBos)?.unwrap_or(true),
             own_specials: false,
         })
     }
