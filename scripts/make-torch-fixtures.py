@@ -40,6 +40,9 @@ models = {
     "tiny-qwen2": (Qwen2Config(**common), Qwen2ForCausalLM),
     # q/k RMSNorm per head, head_dim not hidden/heads.
     "tiny-qwen3": (Qwen3Config(**{**common, "head_dim": 16}), Qwen3ForCausalLM),
+    # YaRN RoPE scaling with a short original context, so it bites within 14 positions.
+    "tiny-llama-yarn": (LlamaConfig(**{**common, "rope_scaling": {"rope_type": "yarn", "factor": 4.0,
+                        "original_max_position_embeddings": 32, "rope_theta": 10000.0}}), LlamaForCausalLM),
     # Llama 3 RoPE scaling (frequency divisors), with a short original context so it bites.
     "tiny-llama3": (LlamaConfig(**{**common, "rope_scaling": {**llama3_scaling, "rope_theta": 500000.0}}),
                     LlamaForCausalLM),

@@ -93,6 +93,21 @@ impl LlamaHparams {
             }
             // Llama 3: per-dimension frequency divisors (computed in `llama3_freq_factors`).
             RopeScaling::Llama3 { .. } => {}
+            // YaRN: interpolate low frequencies, extrapolate high ones, scale cos/sin.
+            RopeScaling::Yarn {
+                factor,
+                original_context,
+                attn_factor,
+                beta_fast,
+                beta_slow,
+            } if *factor > 0.0 => {
+                rope.freq_scale = (1.0 / factor) as f32;
+                rope.ext_factor = 1.0;
+                rope.attn_factor = attn_factor.unwrap_or(1.0) as f32;
+                rope.beta_fast = beta_fast.unwrap_or(32.0) as f32;
+                rope.beta_slow = beta_slow.unwrap_or(1.0) as f32;
+                rope.n_ctx_orig = original_context.or(c.n_ctx_train).unwrap_or(4096) as usize;
+            }
             other => {
                 return Err(ModelError::Invalid(format!(
                     "RoPE scaling {other:?} is not supported yet"

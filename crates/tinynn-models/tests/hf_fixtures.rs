@@ -94,3 +94,8 @@ fn hf_tokenizer_json() {
     assert_eq!(String::from_utf8(vocab.decode(&ids)).unwrap(), text);
     assert!(tok.is_end(2));
 }
+
+#[test]
+fn tiny_llama_yarn_matches_transformers() {
+    check("tiny-llama-yarn");
+}
