@@ -37,8 +37,15 @@ enum Command {
     Plan(plan::PlanArgs),
 }
 
+/// llama.cpp spells some flags with one dash and several letters (`-sys`); clap takes those as
+/// long flags only, so they are rewritten before parsing.
+fn llama_cpp_spellings(args: impl Iterator<Item = std::ffi::OsString>) -> Vec<std::ffi::OsString> {
+    args.map(|a| if a == "-sys" { "--sys".into() } else { a })
+        .collect()
+}
+
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = Cli::parse_from(llama_cpp_spellings(std::env::args_os()));
     let result = match cli.command {
         Command::Run(args) => run::run(&args),
         Command::Chat(args) => chat::run(&args),

@@ -252,3 +252,30 @@ fn runs_a_hugging_face_directory() {
         out.stderr
     );
 }
+
+/// `-sys` (llama.cpp's spelling) sets the system prompt of the chat template.
+#[test]
+fn system_prompt_flag_with_one_dash() {
+    let out = run_measured(
+        tnn()
+            .args([
+                "run",
+                "--chat",
+                "-sys",
+                "Reply in French.",
+                "-p",
+                "Hi",
+                "-n",
+                "1",
+                "--temp",
+                "0",
+                "-t",
+                "2",
+                "-m",
+            ])
+            .arg(real_model()),
+    );
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    // The template's default system prompt (31 prompt tokens in all) is replaced by ours (20).
+    assert!(out.stderr.contains("prompt: 20 tokens"), "{}", out.stderr);
+}
