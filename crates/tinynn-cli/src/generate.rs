@@ -55,18 +55,25 @@ pub struct SamplingArgs {
     /// Temperature; 0 is greedy.
     #[arg(long = "temp", default_value_t = 0.8)]
     pub temp: f32,
+    /// Keep the k most likely tokens (0 keeps all).
     #[arg(long = "top-k", default_value_t = 40)]
     pub top_k: usize,
+    /// Keep the smallest set of tokens whose probability reaches p (1 keeps all).
     #[arg(long = "top-p", default_value_t = 0.95)]
     pub top_p: f32,
+    /// Drop tokens less likely than min-p times the most likely one (0 keeps all).
     #[arg(long = "min-p", default_value_t = 0.05)]
     pub min_p: f32,
+    /// Divide the logits of recent tokens by this (1 is off).
     #[arg(long = "repeat-penalty", default_value_t = 1.0)]
     pub repeat_penalty: f32,
+    /// How many recent tokens the penalties look at.
     #[arg(long = "repeat-last-n", default_value_t = 64)]
     pub repeat_last_n: usize,
+    /// Subtract this from the logit of any recent token (0 is off).
     #[arg(long = "presence-penalty", default_value_t = 0.0)]
     pub presence_penalty: f32,
+    /// Subtract this per occurrence among recent tokens (0 is off).
     #[arg(long = "frequency-penalty", default_value_t = 0.0)]
     pub frequency_penalty: f32,
     /// Random seed (default: from the clock); the same seed and settings give the same text.
