@@ -36,6 +36,8 @@ pub struct Session<'m> {
     /// Rows in `logits` (1, or the batch size with `all_logits`).
     n_logit_rows: usize,
     mask: Vec<f32>,
+    /// Token ids, positions and cache rows of the running batch.
+    scratch: [Vec<i32>; 3],
 }
 
 impl<'m> Session<'m> {
@@ -85,6 +87,7 @@ impl<'m> Session<'m> {
             logits: vec![0.0; n_vocab],
             n_logit_rows: 1,
             mask: Vec::new(),
+            scratch: Default::default(),
         })
     }
 
@@ -234,24 +237,28 @@ impl<'m> Session<'m> {
         let i = self.pass_index(n)?;
         self.bring_cache(i)?;
         let start = self.n_past;
-        let ids: Vec<i32> = chunk
-            .iter()
-            .map(|&t| {
+        // Inputs go through reused scratch vectors: nothing is allocated per token.
+        let [ids, pos, rows] = &mut self.scratch;
+        ids.clear();
+        for &t in chunk {
+            ids.push(
                 i32::try_from(t)
-                    .map_err(|_| ModelError::Invalid(format!("token id {t} is too large")))
-            })
-            .collect::<Result<_>>()?;
-        let pos: Vec<i32> = (start..start + n).map(|p| p as i32).collect();
+                    .map_err(|_| ModelError::Invalid(format!("token id {t} is too large")))?,
+            );
+        }
+        pos.clear();
+        pos.extend((start..start + n).map(|p| p as i32));
         let pass = &mut self.passes[i];
-        pass.mem.write_i32(&pass.plan, pass.io.tokens, &ids)?;
-        pass.mem.write_i32(&pass.plan, pass.io.pos, &pos)?;
+        let (n_kv_heads, n_ctx) = (pass.io.hparams.n_head_kv, self.n_ctx);
+        rows.clear();
+        rows.extend(
+            (0..n).flat_map(|t| (0..n_kv_heads).map(move |h| (h * n_ctx + start + t) as i32)),
+        );
+        pass.mem.write_i32(&pass.plan, pass.io.tokens, ids)?;
+        pass.mem.write_i32(&pass.plan, pass.io.pos, pos)?;
         pass.mem
             .write_i32(&pass.plan, pass.io.kv_len, &[(start + n) as i32])?;
-        let (n_kv_heads, n_ctx) = (pass.io.hparams.n_head_kv, self.n_ctx);
-        let rows: Vec<i32> = (0..n)
-            .flat_map(|t| (0..n_kv_heads).map(move |h| (h * n_ctx + start + t) as i32))
-            .collect();
-        pass.mem.write_i32(&pass.plan, pass.io.kv_rows, &rows)?;
+        pass.mem.write_i32(&pass.plan, pass.io.kv_rows, rows)?;
         if let Some(mask) = pass.io.mask {
             // Token q (at position start + q) sees cache rows 0..=start + q.
             self.mask.clear();
