@@ -40,6 +40,10 @@ pub struct RunArgs {
     /// Keep generating past the end-of-text token.
     #[arg(long)]
     pub ignore_eos: bool,
+    /// Write the last decode step's per-op, per-thread timings to FILE (Chrome trace JSON,
+    /// for chrome://tracing or Perfetto).
+    #[arg(long = "trace", value_name = "FILE")]
+    pub trace: Option<PathBuf>,
 }
 
 pub fn run(args: &RunArgs) -> Result<()> {
@@ -47,7 +51,8 @@ pub fn run(args: &RunArgs) -> Result<()> {
     let model = Model::open(&path)?;
     let tokenizer = model.tokenizer()?;
     let vocab = model.vocab(&tokenizer)?;
-    let opts = args.model.exec_options();
+    let mut opts = args.model.exec_options();
+    opts.trace = args.trace.is_some();
     let mut session = Session::new(model.source(), args.model.ctx, opts)
         .with_context(|| format!("loading {}", path.display()))?;
     session.set_n_batch(args.model.batch);
@@ -95,6 +100,9 @@ pub fn run(args: &RunArgs) -> Result<()> {
     )?;
     emit("\n")?;
     let gen_time = t1.elapsed();
+    if let (Some(path), Some(trace)) = (&args.trace, session.chrome_trace()) {
+        std::fs::write(path, trace).with_context(|| format!("writing {}", path.display()))?;
+    }
     let rate = |n: usize, d: std::time::Duration| n as f64 / d.as_secs_f64().max(1e-9);
     eprintln!(
         "prompt: {} tokens in {:.0} ms ({:.1} t/s); generation: {} tokens in {:.0} ms ({:.1} t/s); {} threads",

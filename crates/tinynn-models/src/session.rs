@@ -38,6 +38,8 @@ pub struct Session<'m> {
     mask: Vec<f32>,
     /// Token ids, positions and cache rows of the running batch.
     scratch: [Vec<i32>; 3],
+    /// The pass that ran last (for traces).
+    last_pass: usize,
 }
 
 impl<'m> Session<'m> {
@@ -88,6 +90,7 @@ impl<'m> Session<'m> {
             n_logit_rows: 1,
             mask: Vec::new(),
             scratch: Default::default(),
+            last_pass: 0,
         })
     }
 
@@ -122,6 +125,13 @@ impl<'m> Session<'m> {
             mem.write_f32(&plan, t, f)?;
         }
         Ok(Pass { io, plan, mem })
+    }
+
+    /// The last run's per-step timings as Chrome trace JSON, when the session was made with
+    /// `ExecOptions { trace: true, .. }`.
+    pub fn chrome_trace(&self) -> Option<String> {
+        self.exec
+            .chrome_trace(&self.passes[self.last_pass.min(self.passes.len() - 1)].plan)
     }
 
     /// The decode plan (one token).
@@ -274,6 +284,7 @@ impl<'m> Session<'m> {
             pass.mem.write_f32(&pass.plan, mask, &self.mask)?;
         }
         self.exec.run(&pass.plan, &mut pass.mem)?;
+        self.last_pass = i;
         self.n_past += n;
         let bytes = self.exec.bytes(&pass.plan, &pass.mem, pass.io.logits)?;
         let n_vocab = pass.io.hparams.n_vocab;

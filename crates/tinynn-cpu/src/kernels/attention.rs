@@ -6,6 +6,7 @@ use tinynn_format::GgmlType;
 
 use super::{row_index, split, StepArgs, ERR_KERNEL};
 use crate::pool::Ctx;
+use crate::simd::f16_accumulate;
 
 /// Largest head size kept on the stack (the builder enforces it).
 const MAX_D: usize = 512;
@@ -57,7 +58,6 @@ fn attend_f16_cache(
     a: &StepArgs<'_>,
     ctx: &Ctx<'_>,
 ) {
-    let r16 = |x: f32| half::f16_to_f32(half::f32_to_f16(x));
     let (q, k, v) = (a.src(0), a.src(1), a.src(2));
     let (d, n_q, n_head) = (q.layout.ne[0], q.layout.ne[1], q.layout.ne[2]);
     let dv = v.layout.ne[0];
@@ -97,16 +97,14 @@ fn attend_f16_cache(
                 ms = (max - s).exp();
                 max = s;
                 if ms != 1.0 {
-                    acc[..dv].iter_mut().for_each(|x| *x = r16(*x * ms));
+                    f16_accumulate::scale_f16_rounded(&mut acc[..dv], ms);
                 }
             } else {
                 vs = (s - max).exp();
             }
             // SAFETY: row (j, hk) of v is inside v, contiguous F16.
             let vrow = unsafe { v.row(j, hk, 0) };
-            for (x, b) in acc[..dv].iter_mut().zip(vrow.chunks_exact(2)) {
-                *x = r16(*x + half::f16_to_f32(u16::from_le_bytes([b[0], b[1]])) * vs);
-            }
+            f16_accumulate::mad_f16_rounded(&mut acc[..dv], vrow, vs);
             sum = sum * ms + vs;
         }
         let inv = if sum > 0.0 { 1.0 / sum } else { 0.0 };

@@ -16,6 +16,8 @@ mod avx512;
 #[cfg(target_arch = "x86_64")]
 mod avx512_kquants;
 
+pub mod f16_accumulate;
+
 use std::sync::OnceLock;
 
 use tinynn_core::quant;
