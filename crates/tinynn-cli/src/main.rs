@@ -1,5 +1,6 @@
 //! `tnn`: the tinynn command line.
 
+mod bench;
 mod chat;
 mod generate;
 mod inspect;
@@ -33,6 +34,8 @@ enum Command {
     Inspect(inspect::InspectArgs),
     /// Perplexity of a model on a text file (as llama.cpp's llama-perplexity computes it).
     Perplexity(perplexity::PerplexityArgs),
+    /// Prompt-processing and generation speed, as llama-bench measures them.
+    Bench(bench::BenchArgs),
     /// Show the memory plans (arena layout) of a model's decode and prefill passes.
     Plan(plan::PlanArgs),
 }
@@ -51,6 +54,7 @@ fn main() -> ExitCode {
         Command::Chat(args) => chat::run(&args),
         Command::Inspect(args) => inspect::run(&args),
         Command::Plan(args) => plan::run(&args),
+        Command::Bench(args) => bench::run(&args),
         Command::Perplexity(args) => perplexity::run(&args),
     };
     match result {

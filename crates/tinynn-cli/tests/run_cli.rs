@@ -279,3 +279,46 @@ fn system_prompt_flag_with_one_dash() {
     // The template's default system prompt (31 prompt tokens in all) is replaced by ours (20).
     assert!(out.stderr.contains("prompt: 20 tokens"), "{}", out.stderr);
 }
+
+/// `tnn bench` prints llama-bench's table, or JSON with `-o json`.
+#[test]
+fn bench_reports_pp_and_tg() {
+    let out = run_measured(
+        tnn()
+            .args([
+                "bench", "-p", "16", "-n", "8", "-r", "2", "-t", "2", "--mem", "-m",
+            ])
+            .arg(real_model()),
+    );
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    assert!(
+        out.stdout
+            .starts_with("| model | size | params | backend | threads | test | t/s |"),
+        "{}",
+        out.stdout
+    );
+    assert!(
+        out.stdout
+            .contains("| llama 135M Q4_1 | 92.10 MiB | 134.52 M | CPU | 2 | pp16 |"),
+        "{}",
+        out.stdout
+    );
+    assert!(
+        out.stdout.contains("| tg8 |") && out.stdout.contains("peak RSS:"),
+        "{}",
+        out.stdout
+    );
+    let out = run_measured(
+        tnn()
+            .args([
+                "bench", "-p", "16", "-n", "0", "-r", "1", "-o", "json", "-t", "2", "-m",
+            ])
+            .arg(real_model()),
+    );
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    let rows: serde_json::Value = serde_json::from_str(&out.stdout).unwrap();
+    let rows = rows.as_array().unwrap();
+    assert_eq!(rows.len(), 1);
+    assert_eq!(rows[0]["test"], "pp16");
+    assert!(rows[0]["avg_ts"].as_f64().unwrap() > 0.0);
+}
