@@ -1,5 +1,5 @@
-//! A model ready to run: forward plans (one per batch size used), bound weights, one KV cache
-//! and one executor. Prefill runs the prompt in batches of up to `n_batch` tokens; decoding runs
+//! A model ready to run: a one-token decode plan and one prefill plan (rebuilt when the batch
+//! size changes), bound weights, one KV cache and one executor. Prefill runs the prompt in batches of up to `n_batch` tokens; decoding runs
 //! the one-token plan. The cache tensors move (without copying) into whichever plan's memory
 //! runs next.
 
@@ -43,8 +43,8 @@ pub struct Session<'m> {
 }
 
 impl<'m> Session<'m> {
-    /// Loads the model in `file` with a context of `n_ctx` tokens (at most the trained one) and
-    /// prompt batches of up to 512 tokens.
+    /// Loads the model in `src` (a GGUF file or an HF directory) with a context of `n_ctx` tokens
+    /// (at most the trained one) and prompt batches of up to 512 tokens.
     pub fn new(
         src: impl Into<WeightSource<'m>>,
         n_ctx: usize,
