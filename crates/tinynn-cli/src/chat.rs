@@ -93,14 +93,13 @@ pub fn run(args: &ChatArgs) -> Result<()> {
         session.truncate(common);
         cached.truncate(common);
         prompt.iter().for_each(|&t| sampler.accept(t));
-        let logits = session.eval_batch(&prompt[common..])?.to_vec();
+        session.eval_batch(&prompt[common..])?;
         cached.extend_from_slice(&prompt[common..]);
         let reply = generate(
             &mut session,
             &mut sampler,
             &tokenizer,
             &vocab,
-            &logits,
             args.n_predict,
             false,
             &args.sampling.stop,

@@ -121,7 +121,7 @@ pub fn emit(s: &str) -> Result<()> {
     }
 }
 
-/// Generates up to `max` tokens after `logits`, streaming text through `emit`; stops at an end
+/// Generates up to `max` tokens after the session's last logits, streaming text through `emit`; stops at an end
 /// token unless `ignore_eos`, or at any of `stops` (matched across tokens, never printed).
 /// Returns the generated ids (the end token excluded).
 #[allow(clippy::too_many_arguments)]
@@ -130,18 +130,16 @@ pub fn generate(
     sampler: &mut Sampler,
     tokenizer: &Tokenizer,
     vocab: &Vocab,
-    logits: &[f32],
     max: usize,
     ignore_eos: bool,
     stops: &[String],
 ) -> Result<Vec<u32>> {
-    let mut logits = logits.to_vec();
     let mut stream = StreamDecoder::default();
     let mut matcher = StopMatcher::new(stops);
     let mut out = Vec::new();
     let budget = max.min(session.n_ctx().saturating_sub(session.n_past()));
     while out.len() < budget {
-        let next = sampler.sample(&logits);
+        let next = sampler.sample(session.logits());
         if tokenizer.is_end(next) && !ignore_eos {
             break;
         }
@@ -155,7 +153,7 @@ pub fn generate(
         if out.len() == budget {
             break;
         }
-        logits.copy_from_slice(session.eval(next)?);
+        session.eval(next)?;
     }
     let (text, stopped) = matcher.push(&stream.finish());
     emit(&text)?;

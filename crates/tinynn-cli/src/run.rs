@@ -85,7 +85,7 @@ pub fn run(args: &RunArgs) -> Result<()> {
         emit(&args.prompt)?;
     }
     let t0 = Instant::now();
-    let logits = session.eval_batch(&prompt)?.to_vec();
+    session.eval_batch(&prompt)?;
     let prompt_time = t0.elapsed();
     let t1 = Instant::now();
     let generated = generate(
@@ -93,7 +93,6 @@ pub fn run(args: &RunArgs) -> Result<()> {
         &mut sampler,
         &tokenizer,
         &vocab,
-        &logits,
         args.n_predict,
         args.ignore_eos,
         &args.sampling.stop,

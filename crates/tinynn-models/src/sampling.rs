@@ -72,8 +72,9 @@ pub struct Sampler {
     penalties: Penalties,
     rng: Rng,
     history: VecDeque<u32>,
-    /// Scratch: (token, logit) candidates, reused between calls.
+    /// Scratch: (token, logit) candidates and their probabilities, reused between calls.
     cand: Vec<(u32, f32)>,
+    probs: Vec<f64>,
 }
 
 impl Sampler {
@@ -88,6 +89,7 @@ impl Sampler {
             rng: Rng::new(seed),
             history: VecDeque::with_capacity(penalties.last_n + 1),
             cand: Vec::new(),
+            probs: Vec::new(),
         }
     }
 
@@ -164,10 +166,10 @@ impl Sampler {
         self.cand.sort_unstable_by(by_logit);
         // top-p on the untempered distribution.
         if top_p < 1.0 {
-            let probs = softmax(&self.cand);
+            softmax(&self.cand, &mut self.probs);
             let mut cum = 0.0;
             let mut keep = self.cand.len();
-            for (i, p) in probs.iter().enumerate() {
+            for (i, p) in self.probs.iter().enumerate() {
                 cum += p;
                 if cum >= f64::from(top_p) {
                     keep = i + 1;
@@ -185,9 +187,9 @@ impl Sampler {
         for c in self.cand.iter_mut() {
             c.1 /= temperature;
         }
-        let probs = softmax(&self.cand);
+        softmax(&self.cand, &mut self.probs);
         let mut r = self.rng.uniform();
-        for (c, p) in self.cand.iter().zip(&probs) {
+        for (c, p) in self.cand.iter().zip(&self.probs) {
             if r < *p {
                 return c.0;
             }
@@ -197,11 +199,13 @@ impl Sampler {
     }
 }
 
-fn softmax(c: &[(u32, f32)]) -> Vec<f64> {
+/// Probabilities of the candidates' logits, into `out` (reused, so sampling allocates nothing).
+fn softmax(c: &[(u32, f32)], out: &mut Vec<f64>) {
     let max = c.iter().map(|x| x.1).fold(f32::NEG_INFINITY, f32::max);
-    let e: Vec<f64> = c.iter().map(|x| f64::from(x.1 - max).exp()).collect();
-    let sum: f64 = e.iter().sum();
-    e.into_iter().map(|v| v / sum).collect()
+    out.clear();
+    out.extend(c.iter().map(|x| f64::from(x.1 - max).exp()));
+    let sum: f64 = out.iter().sum();
+    out.iter_mut().for_each(|v| *v /= sum);
 }
 
 #[cfg(test)]

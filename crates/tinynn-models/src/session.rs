@@ -233,8 +233,13 @@ impl<'m> Session<'m> {
         for chunk in tokens.chunks(self.n_batch) {
             self.run_chunk(chunk)?;
         }
+        Ok(self.logits())
+    }
+
+    /// The logits after the last evaluated token.
+    pub fn logits(&self) -> &[f32] {
         let n_vocab = self.passes[0].io.hparams.n_vocab;
-        Ok(&self.logits[(self.n_logit_rows - 1) * n_vocab..])
+        &self.logits[(self.n_logit_rows - 1) * n_vocab..]
     }
 
     /// Runs one token at the next position and returns the logits after it.

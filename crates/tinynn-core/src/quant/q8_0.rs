@@ -16,6 +16,29 @@ const _: () = assert!(std::mem::size_of::<BlockQ8_0>() == 34);
 
 pub struct Q8_0;
 
+/// Round-to-nearest 8-bit quantization of 32 values as ggml's reference does it (`amax / 127`,
+/// halves away from zero); returns the scale and the sum of the quants (shared with Q8_1).
+pub(crate) fn quantize_32(x: &[f32], qs: &mut [i8; 32]) -> (f32, i32) {
+    let (amax, _) = abs_max(x);
+    let d = amax / 127.0;
+    let id = inv_or_zero(d);
+    let mut sum = 0;
+    for (q, &v) in qs.iter_mut().zip(x) {
+        // C's roundf: halves away from zero.
+        *q = (v * id).round() as i8;
+        sum += i32::from(*q);
+    }
+    (d, sum)
+}
+
+/// `Σ a·b` of two rows of i8 quants (shared with Q8_1).
+pub(crate) fn dot_i8(a: &[i8; 32], b: &[i8; 32]) -> i32 {
+    a.iter()
+        .zip(b)
+        .map(|(&x, &y)| i32::from(x) * i32::from(y))
+        .sum()
+}
+
 impl Format for Q8_0 {
     const TYPE: GgmlType = GgmlType::Q8_0;
     const QK: usize = 32;
@@ -30,24 +53,13 @@ impl Format for Q8_0 {
     }
 
     fn vec_dot_block(x: &BlockQ8_0, y: &BlockQ8_0) -> f32 {
-        let sumi: i32 =
-            x.qs.iter()
-                .zip(&y.qs)
-                .map(|(&a, &b)| i32::from(a) * i32::from(b))
-                .sum();
-        sumi as f32 * (x.d.get() * y.d.get())
+        dot_i8(&x.qs, &y.qs) as f32 * (x.d.get() * y.d.get())
     }
 }
 
 impl Quantize for Q8_0 {
     fn quantize_block(x: &[f32], out: &mut BlockQ8_0) {
-        let (amax, _) = abs_max(x);
-        let d = amax / 127.0;
-        let id = inv_or_zero(d);
+        let (d, _) = quantize_32(x, &mut out.qs);
         out.d = F16Le::from_f32(d);
-        for (q, &v) in out.qs.iter_mut().zip(x) {
-            // C's roundf: halves away from zero.
-            *q = (v * id).round() as i8;
-        }
     }
 }

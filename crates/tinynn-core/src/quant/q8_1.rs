@@ -3,8 +3,9 @@
 use bytemuck::{Pod, Zeroable};
 use tinynn_format::GgmlType;
 
-use super::format::{abs_max, inv_or_zero, Format, Quantize};
+use super::format::{Format, Quantize};
 use super::half::F16Le;
+use super::q8_0::{dot_i8, quantize_32};
 
 #[derive(Clone, Copy, Debug, Pod, Zeroable)]
 #[repr(C)]
@@ -32,26 +33,14 @@ impl Format for Q8_1 {
     }
 
     fn vec_dot_block(x: &BlockQ8_1, y: &BlockQ8_1) -> f32 {
-        let sumi: i32 =
-            x.qs.iter()
-                .zip(&y.qs)
-                .map(|(&a, &b)| i32::from(a) * i32::from(b))
-                .sum();
-        sumi as f32 * (x.d.get() * y.d.get())
+        dot_i8(&x.qs, &y.qs) as f32 * (x.d.get() * y.d.get())
     }
 }
 
 impl Quantize for Q8_1 {
     fn quantize_block(x: &[f32], out: &mut BlockQ8_1) {
-        let (amax, _) = abs_max(x);
-        let d = amax / 127.0;
-        let id = inv_or_zero(d);
+        let (d, sum) = quantize_32(x, &mut out.qs);
         out.d = F16Le::from_f32(d);
-        let mut sum = 0i32;
-        for (q, &v) in out.qs.iter_mut().zip(x) {
-            *q = (v * id).round() as i8;
-            sum += i32::from(*q);
-        }
         out.s = F16Le::from_f32(sum as f32 * d);
     }
 }

@@ -61,14 +61,14 @@ pub enum Input {
 }
 
 /// Compiles `g` (with `out` as output), runs it on `threads` threads with the given inputs and
-/// weights bound, and returns `out` as f32.
-pub fn run(
+/// weights bound, and returns the bytes of `out`.
+fn run_bytes(
     g: &Graph,
     out: TensorId,
     inputs: &[Input],
     weights: &[(TensorId, &[u8])],
     threads: usize,
-) -> Vec<f32> {
+) -> Vec<u8> {
     let mut g = g.clone();
     g.set_output(out).unwrap();
     let plan = Plan::compile(g);
@@ -85,24 +85,31 @@ pub fn run(
     }
     let mut exec = Executor::new(&plan, threads);
     exec.run(&plan, &mut mem).unwrap();
-    exec.read_f32(&plan, &mem, out).unwrap()
+    exec.bytes(&plan, &mem, out).unwrap().to_vec()
 }
 
-/// Like [`run`] for an I32 output.
+/// [`run_bytes`] for an F32 output.
+pub fn run(
+    g: &Graph,
+    out: TensorId,
+    inputs: &[Input],
+    weights: &[(TensorId, &[u8])],
+    threads: usize,
+) -> Vec<f32> {
+    let bytes = run_bytes(g, out, inputs, weights, threads);
+    bytes
+        .chunks_exact(4)
+        .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
+        .collect()
+}
+
+/// [`run_bytes`] for an I32 output.
 pub fn run_i32(g: &Graph, out: TensorId, inputs: &[Input], threads: usize) -> Vec<i32> {
-    let mut g = g.clone();
-    g.set_output(out).unwrap();
-    let plan = Plan::compile(g);
-    let mut mem = Memory::new(&plan);
-    for input in inputs {
-        match input {
-            Input::F32(t, v) => mem.write_f32(&plan, *t, v).unwrap(),
-            Input::I32(t, v) => mem.write_i32(&plan, *t, v).unwrap(),
-        }
-    }
-    let mut exec = Executor::new(&plan, threads);
-    exec.run(&plan, &mut mem).unwrap();
-    exec.read_i32(&plan, &mem, out).unwrap()
+    let bytes = run_bytes(g, out, inputs, &[], threads);
+    bytes
+        .chunks_exact(4)
+        .map(|c| i32::from_le_bytes(c.try_into().unwrap()))
+        .collect()
 }
 
 /// Runs on 1, 2 and 3 threads and checks each result against `want` (NMSE ≤ `tol`).
