@@ -29,6 +29,9 @@ pub struct ModelArgs {
     /// Reference mode: one thread, f64 accumulation, unquantized activations.
     #[arg(long)]
     pub strict: bool,
+    /// Use the file's weight layout as is (no interleaved copy for the matrix kernels).
+    #[arg(long = "no-repack")]
+    pub no_repack: bool,
 }
 
 impl ModelArgs {
@@ -46,6 +49,7 @@ impl ModelArgs {
                 .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get())),
             strict: self.strict,
             trace: false,
+            repack: !self.no_repack,
         }
     }
 }

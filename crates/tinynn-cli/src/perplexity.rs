@@ -32,6 +32,9 @@ pub struct PerplexityArgs {
     /// Reference mode: one thread, f64 accumulation, unquantized activations.
     #[arg(long)]
     pub strict: bool,
+    /// Use the file's weight layout as is (no interleaved copy for the matrix kernels).
+    #[arg(long = "no-repack")]
+    pub no_repack: bool,
 }
 
 pub fn run(args: &PerplexityArgs) -> Result<()> {
@@ -50,6 +53,7 @@ pub fn run(args: &PerplexityArgs) -> Result<()> {
             .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get())),
         strict: args.strict,
         trace: false,
+        repack: !args.no_repack,
     };
     let mut session = Session::with_all_logits(model.source(), args.ctx, opts, true)
         .with_context(|| format!("loading {}", path.display()))?;

@@ -11,6 +11,7 @@ use crate::graph::{Graph, Mem};
 use crate::ops::Op;
 use crate::quant;
 use crate::tensor::TensorId;
+use tinynn_format::GgmlType;
 
 /// Offsets in the arena are multiples of this (a cache line, and any SIMD load).
 pub const ARENA_ALIGN: usize = 64;
@@ -71,7 +72,11 @@ pub fn work_bytes(graph: &Graph, node: TensorId) -> usize {
     match n.op {
         Op::MulMat | Op::MulMatId => {
             let (a, b) = (graph.layout(n.src[0]), graph.layout(n.src[1]));
-            let dot = quant::vec_dot_type(a.dtype).unwrap_or(a.dtype);
+            // Q8_0 weights: the backends' packed kernels take Q8_1-sized activation blocks.
+            let dot = match a.dtype {
+                GgmlType::Q8_0 => GgmlType::Q8_1,
+                t => quant::vec_dot_type(t).unwrap_or(t),
+            };
             quant::row_bytes(dot, b.ne[0]).unwrap_or(0) * b.n_rows()
         }
         // Per-thread partial sums (loss, count) for up to 64 threads.

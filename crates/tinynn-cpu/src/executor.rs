@@ -36,6 +36,9 @@ pub struct ExecOptions {
     /// Time every step on every thread, for [`Executor::chrome_trace`]. Off, it costs one
     /// branch per step.
     pub trace: bool,
+    /// Let model loaders repack weights into the matrix kernels' interleaved layout (see
+    /// `tinynn_cpu::packed`); off, products read the file's bytes. Strict mode never uses it.
+    pub repack: bool,
 }
 
 impl Default for ExecOptions {
@@ -44,6 +47,7 @@ impl Default for ExecOptions {
             threads: 1,
             strict: false,
             trace: false,
+            repack: true,
         }
     }
 }
@@ -63,6 +67,7 @@ struct Job<'a> {
     plan: &'a Plan,
     bases: &'a [usize],
     n_weights: usize,
+    packed: &'a [Option<std::sync::Arc<crate::packed::PackedWeight>>],
     errors: &'a RunErrors,
     strict: bool,
     trace: Option<(&'a [AtomicU64], Instant)>,
@@ -98,8 +103,18 @@ impl Job<'_> {
                 Some((off, len)) => ((self.bases[0] + off) as *mut u8, len),
                 None => (std::ptr::null_mut(), 0),
             };
+            let packed = match (node.op, node.src.first()) {
+                (tinynn_core::ops::Op::MulMat, Some(&w)) if !self.strict => {
+                    match self.plan.location(w).map(|l| l.region) {
+                        Some(Region::Weight(i)) => self.packed[i as usize].as_deref(),
+                        _ => None,
+                    }
+                }
+                _ => None,
+            };
             let args = StepArgs {
                 op: node.op,
+                packed,
                 dst: self.raw(step.node),
                 src,
                 work,
@@ -185,6 +200,7 @@ impl Executor {
             plan,
             bases: &self.bases,
             n_weights: mem.weights.len(),
+            packed: &mem.packed,
             errors: &self.errors,
             strict: self.strict,
             trace: self.spans.as_deref().map(|s| (s, Instant::now())),

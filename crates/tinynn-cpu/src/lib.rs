@@ -6,6 +6,7 @@ mod backend;
 mod executor;
 mod kernels;
 mod memory;
+pub mod packed;
 pub mod pool;
 pub mod simd;
 

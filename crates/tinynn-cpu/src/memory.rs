@@ -1,9 +1,13 @@
 //! The memory a plan runs against: bound weights (borrowed, read-only), persistent tensors
 //! (owned, read-write), and 64-byte aligned buffers for both persistent tensors and the arena.
 
+use std::sync::Arc;
+
 use tinynn_core::plan::{Plan, Region};
 use tinynn_core::tensor::TensorId;
 use tinynn_format::GgmlType;
+
+use crate::packed::PackedWeight;
 
 /// A cache-line of bytes; buffers are vectors of these so they are 64-byte aligned.
 #[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
@@ -59,6 +63,12 @@ pub enum MemoryError {
         dtype: GgmlType,
         align: usize,
     },
+    #[error("packed copy does not match weight '{name}' ({dtype} {ne:?})")]
+    PackMismatch {
+        name: String,
+        dtype: GgmlType,
+        ne: [usize; 4],
+    },
     #[error("weight '{0}' is not bound")]
     Unbound(String),
     #[error("persistent tensor '{0}' is lent to another memory")]
@@ -74,6 +84,8 @@ pub enum MemoryError {
 /// Weights and persistent tensors of one plan.
 pub struct Memory<'w> {
     pub(crate) weights: Vec<Option<&'w [u8]>>,
+    /// Packed copies of weights for the matrix-product kernels (see `packed`), per weight slot.
+    pub(crate) packed: Vec<Option<Arc<PackedWeight>>>,
     pub(crate) persistent: Vec<AlignedBuf>,
 }
 
@@ -100,6 +112,7 @@ impl<'w> Memory<'w> {
             .collect();
         Memory {
             weights: vec![None; plan.weights().len()],
+            packed: vec![None; plan.weights().len()],
             persistent,
         }
     }
@@ -141,6 +154,32 @@ impl<'w> Memory<'w> {
             });
         }
         self.weights[slot as usize] = Some(bytes);
+        Ok(())
+    }
+
+    /// Gives weight `t` a packed copy (made by [`crate::packed::pack`] from the same bytes, and
+    /// shareable between the memories of several plans); matrix products then read it instead of
+    /// the bound bytes, except in strict mode. The bound bytes stay for other uses (e.g. an
+    /// embedding lookup of the same tensor).
+    pub fn bind_packed(
+        &mut self,
+        plan: &Plan,
+        t: TensorId,
+        packed: Arc<PackedWeight>,
+    ) -> Result<(), MemoryError> {
+        let Some(Region::Weight(slot)) = plan.location(t).map(|l| l.region) else {
+            return Err(MemoryError::NotAWeight(Memory::name(plan, t)));
+        };
+        let layout = plan.graph().layout(t);
+        let [k, n] = packed.shape();
+        if layout.dtype != packed.source_type() || layout.ne != [k, n, 1, 1] {
+            return Err(MemoryError::PackMismatch {
+                name: Memory::name(plan, t),
+                dtype: layout.dtype,
+                ne: layout.ne,
+            });
+        }
+        self.packed[slot as usize] = Some(packed);
         Ok(())
     }
 

@@ -19,6 +19,7 @@ fn strict() -> ExecOptions {
         threads: 2,
         strict: true,
         trace: false,
+        repack: true,
     }
 }
 
@@ -116,6 +117,7 @@ fn trace_has_one_event_per_step_and_thread() {
         threads: 2,
         strict: false,
         trace: true,
+        repack: true,
     };
     let mut exec = Executor::with_options(&plan, opts);
     exec.run(&plan, &mut mem).unwrap();

@@ -3,7 +3,12 @@
 //! the one-token plan. The cache tensors move (without copying) into whichever plan's memory
 //! runs next.
 
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use tinynn_core::ops::Op;
 use tinynn_core::plan::Plan;
+use tinynn_cpu::packed::{self, PackedWeight};
 use tinynn_cpu::{ExecOptions, Executor, Memory};
 use tinynn_format::model_config::ModelConfig;
 use tinynn_format::GgmlType;
@@ -40,7 +45,12 @@ pub struct Session<'m> {
     scratch: [Vec<i32>; 3],
     /// The pass that ran last (for traces).
     last_pass: usize,
+    /// Packed copies of matrix weights, shared by every pass (`None`: not packable); empty
+    /// when repacking is off.
+    packs: Packs,
 }
+
+type Packs = Option<HashMap<String, Option<Arc<PackedWeight>>>>;
 
 impl<'m> Session<'m> {
     /// Loads the model in `src` (a GGUF file or an HF directory) with a context of `n_ctx` tokens
@@ -72,7 +82,8 @@ impl<'m> Session<'m> {
         } else {
             GgmlType::F16
         };
-        let decode = Session::pass(src, &config, n_ctx, 1, true, false, cache_type)?;
+        let mut packs = (opts.repack && !opts.strict).then(HashMap::new);
+        let decode = Session::pass(src, &config, n_ctx, 1, true, false, cache_type, &mut packs)?;
         let exec = Executor::with_options(&decode.plan, opts);
         let n_vocab = decode.io.hparams.n_vocab;
         Ok(Session {
@@ -91,10 +102,13 @@ impl<'m> Session<'m> {
             mask: Vec::new(),
             scratch: Default::default(),
             last_pass: 0,
+            packs,
         })
     }
 
     /// A compiled pass; only the first (`owns_cache`) allocates the KV cache, the others borrow it.
+    /// Weights of matrix products get packed copies (made once, in `packs`) when enabled.
+    #[allow(clippy::too_many_arguments)]
     fn pass(
         src: WeightSource<'m>,
         config: &ModelConfig,
@@ -103,6 +117,7 @@ impl<'m> Session<'m> {
         owns_cache: bool,
         all_logits: bool,
         cache_type: GgmlType,
+        packs: &mut Packs,
     ) -> Result<Pass<'m>> {
         let io = forward_graph(
             src,
@@ -115,11 +130,28 @@ impl<'m> Session<'m> {
         let plan = Plan::compile(io.graph.clone());
         let shared: &[_] = if owns_cache { &[] } else { &io.caches };
         let mut mem = Memory::new_sharing(&plan, shared);
+        let matmul_weights: Vec<_> = plan
+            .graph()
+            .nodes()
+            .iter()
+            .filter(|n| n.op == Op::MulMat)
+            .map(|n| n.src[0])
+            .collect();
         for (t, name) in &io.weights {
             let w = src
                 .get(name)?
                 .ok_or_else(|| ModelError::MissingTensor(name.clone()))?;
             mem.bind_weight(&plan, *t, w.data)?;
+            let Some(packs) = packs.as_mut().filter(|_| matmul_weights.contains(t)) else {
+                continue;
+            };
+            let layout = plan.graph().layout(*t);
+            let p = packs
+                .entry(name.clone())
+                .or_insert_with(|| packed::pack(layout.dtype, layout.ne, w.data).map(Arc::new));
+            if let Some(p) = p {
+                mem.bind_packed(&plan, *t, p.clone())?;
+            }
         }
         if let (Some(t), Some(f)) = (io.freq_input, &io.hparams.freq_factors) {
             mem.write_f32(&plan, t, f)?;
@@ -162,9 +194,19 @@ impl<'m> Session<'m> {
             false,
             self.all_logits,
             self.cache_type,
+            &mut self.packs,
         )?;
         self.passes.push(pass);
         Ok(self.passes.len() - 1)
+    }
+
+    /// Bytes of the packed weight copies (0 when repacking is off or nothing was packable).
+    pub fn packed_bytes(&self) -> usize {
+        self.packs
+            .iter()
+            .flat_map(|m| m.values().flatten())
+            .map(|p| p.bytes())
+            .sum()
     }
 
     pub fn n_ctx(&self) -> usize {

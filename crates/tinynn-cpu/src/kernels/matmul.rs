@@ -4,9 +4,11 @@
 
 use tinynn_core::quant;
 use tinynn_core::tensor::Layout;
+use tinynn_format::GgmlType;
 
 use super::copy::{convert_activations, read_chunk, CHUNK};
 use super::{row_index, split, RawTensor, StepArgs, ERR_KERNEL};
+use crate::packed::{PackedWeight, ACT_BLOCK_BYTES};
 use crate::pool::Ctx;
 use crate::simd;
 
@@ -54,6 +56,12 @@ pub(crate) fn mul_mat(a: &StepArgs<'_>, ctx: &Ctx<'_>) {
         return mul_mat_strict(a, ctx);
     }
     let (w, x, dst) = (a.src(0), a.src(1), a.dst);
+    if let Some(p) = a.packed {
+        let fits = x.layout.n_rows() * p.activation_row_bytes() <= a.work_len;
+        if fits && x.layout.dtype == GgmlType::F32 && dst.layout.is_contiguous() {
+            return mul_mat_packed(p, a, ctx);
+        }
+    }
     let Some((work, dot)) = prepare_activations(a, &w, &x, ctx) else {
         return;
     };
@@ -75,6 +83,47 @@ pub(crate) fn mul_mat(a: &StepArgs<'_>, ctx: &Ctx<'_>) {
             }
         }
     }
+}
+
+/// A product with a packed weight (see `crate::packed`): each thread quantizes its share of
+/// the activation rows into the work buffer, a barrier, then each thread runs its share of the
+/// 16-row groups over all rows. `dst` is contiguous F32 `[n, rows…]`.
+fn mul_mat_packed(p: &PackedWeight, a: &StepArgs<'_>, ctx: &Ctx<'_>) {
+    let (x, dst) = (a.src(1), a.dst);
+    let (k, rows, arb) = (x.layout.ne[0], x.layout.n_rows(), p.activation_row_bytes());
+    let mut buf = [0f32; CHUNK];
+    for r in split(rows, ctx.ith, ctx.nth) {
+        let (i1, i2, i3) = row_index(&x.layout, r);
+        // SAFETY: row r of the work buffer (rows·arb bytes, checked by the caller) is this
+        // thread's.
+        let out = unsafe { std::slice::from_raw_parts_mut(a.work.add(r * arb), arb) };
+        let mut c0 = 0;
+        while c0 < k {
+            let len = CHUNK.min(k - c0);
+            // SAFETY: row r of x exists; F32 rows need no contiguity.
+            if !unsafe { read_chunk(&x, (i1, i2, i3), c0, &mut buf[..len]) } {
+                a.errors.record(ERR_KERNEL, 0);
+            }
+            p.quantize_activations(
+                &buf[..len],
+                &mut out[c0 / 32 * ACT_BLOCK_BYTES..][..len / 32 * ACT_BLOCK_BYTES],
+            );
+            c0 += len;
+        }
+    }
+    ctx.barrier();
+    // SAFETY: the work buffer holds every activation row (barrier above); dst is contiguous
+    // F32 with `rows` rows of n_rows values, and this thread's groups are its own columns.
+    unsafe {
+        p.matmul_raw(
+            a.work,
+            arb,
+            rows,
+            dst.ptr as *mut f32,
+            dst.layout.nb[1] / 4,
+            split(p.n_groups(), ctx.ith, ctx.nth),
+        )
+    };
 }
 
 /// Reference mode: weights dequantized in chunks, activations used as f32 (not quantized),

@@ -170,6 +170,8 @@ pub(crate) const MAX_SRC: usize = 6;
 /// Everything one step needs.
 pub(crate) struct StepArgs<'a> {
     pub op: Op,
+    /// A packed copy of source 0 when it is a weight that has one (matrix products only).
+    pub packed: Option<&'a crate::packed::PackedWeight>,
     pub dst: RawTensor,
     pub src: [Option<RawTensor>; MAX_SRC],
     pub work: *mut u8,

@@ -1,0 +1,183 @@
+//! Packed weights (16 interleaved rows for the VNNI kernels): the packed layout's scalar
+//! reference equals the file format's reference dot product, the SIMD kernel equals the packed
+//! reference, and a graph's matrix product gives the same numbers with and without a packed
+//! copy bound, on 1, 2 and 3 threads.
+
+use std::sync::Arc;
+
+use tinynn_core::graph::Graph;
+use tinynn_core::plan::Plan;
+use tinynn_core::quant;
+use tinynn_cpu::packed::{self, PackedWeight, ACT_BLOCK_BYTES};
+use tinynn_cpu::{Executor, Memory};
+use tinynn_format::GgmlType;
+
+const FORMATS: [GgmlType; 2] = [GgmlType::Q4_1, GgmlType::Q8_0];
+
+fn noise(n: usize, seed: u64) -> Vec<f32> {
+    let mut s = seed | 1;
+    (0..n)
+        .map(|_| {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            (s >> 40) as f32 / (1u64 << 23) as f32 - 1.0
+        })
+        .collect()
+}
+
+fn quantized(ty: GgmlType, k: usize, n: usize, seed: u64) -> Vec<u8> {
+    let x = noise(k * n, seed);
+    let rb = quant::row_bytes(ty, k).unwrap();
+    let mut out = vec![0u8; rb * n];
+    for (src, dst) in x.chunks_exact(k).zip(out.chunks_exact_mut(rb)) {
+        quant::quantize_row(ty, src, dst).unwrap();
+    }
+    out
+}
+
+/// The file format's own reference dot of weight row `row` with packed activation row `act`.
+fn reference_dot(ty: GgmlType, k: usize, row: &[u8], act: &[u8]) -> f32 {
+    match ty {
+        // Q4_1's dot type is Q8_1: the packed activations are exactly that.
+        GgmlType::Q4_1 => quant::vec_dot(ty, k, row, act).unwrap(),
+        // Q8_0's dot type is Q8_0: the same scale and quants without the 16-bit slot.
+        GgmlType::Q8_0 => {
+            let q8_0: Vec<u8> = act
+                .chunks_exact(ACT_BLOCK_BYTES)
+                .flat_map(|b| b[..2].iter().chain(&b[4..]).copied())
+                .collect();
+            quant::vec_dot(ty, k, row, &q8_0).unwrap()
+        }
+        _ => unreachable!(),
+    }
+}
+
+fn close(a: f32, b: f32, scale: f32) -> bool {
+    (a - b).abs() <= 1e-5 * scale.max(1.0) && a.is_finite() && b.is_finite()
+}
+
+#[test]
+fn packed_reference_and_simd_match_the_format_reference() {
+    for ty in FORMATS {
+        for (k, n) in [(32, 1), (96, 16), (576, 37), (160, 48)] {
+            let w = quantized(ty, k, n, 7 + k as u64 + n as u64);
+            let p = packed::pack_always(ty, [k, n, 1, 1], &w).unwrap();
+            assert_eq!(p.shape(), [k, n]);
+            for m in [1usize, 3, 8, 11, 17] {
+                let x = noise(k * m, 99 + m as u64);
+                let arb = p.activation_row_bytes();
+                let mut acts = vec![0u8; arb * m];
+                for (xr, ar) in x.chunks_exact(k).zip(acts.chunks_exact_mut(arb)) {
+                    p.quantize_activations(xr, ar);
+                }
+                let mut want = vec![0f32; m * n];
+                let rb = quant::row_bytes(ty, k).unwrap();
+                for t in 0..m {
+                    for r in 0..n {
+                        want[t * n + r] =
+                            reference_dot(ty, k, &w[r * rb..][..rb], &acts[t * arb..][..arb]);
+                    }
+                }
+                let scale = want.iter().fold(0f32, |a, v| a.max(v.abs()));
+                let mut got = vec![f32::NAN; m * n];
+                p.matmul_ref(&acts, m, &mut got);
+                for (i, (&g, &e)) in got.iter().zip(&want).enumerate() {
+                    assert!(
+                        close(g, e, scale),
+                        "{ty} ref k={k} n={n} m={m} [{i}]: {g} vs {e}"
+                    );
+                }
+                if packed::available() {
+                    let mut simd = vec![f32::NAN; m * n];
+                    p.matmul(&acts, m, &mut simd);
+                    for (i, (&g, &e)) in simd.iter().zip(&want).enumerate() {
+                        assert!(
+                            close(g, e, scale),
+                            "{ty} simd k={k} n={n} m={m} [{i}]: {g} vs {e}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn pack_refuses_what_it_cannot_pack() {
+    let w = quantized(GgmlType::Q4_1, 64, 2, 1);
+    assert!(packed::pack_always(GgmlType::Q4_1, [64, 2, 1, 1], &w[1..]).is_none());
+    assert!(packed::pack_always(GgmlType::Q4_1, [64, 1, 2, 1], &w).is_none());
+    assert!(packed::pack_always(GgmlType::Q4_0, [64, 2, 1, 1], &w[..72]).is_none());
+    assert!(packed::pack_always(GgmlType::F32, [64, 2, 1, 1], &[0u8; 512]).is_none());
+}
+
+/// One `w · x` through the executor, optionally with a packed copy of `w` bound.
+fn run_graph(
+    ty: GgmlType,
+    w_bytes: &[u8],
+    k: usize,
+    n: usize,
+    x: &[f32],
+    packed: bool,
+    threads: usize,
+) -> Vec<f32> {
+    let m = x.len() / k;
+    let mut g = Graph::new();
+    let w = g.weight("w", ty, &[k, n]).unwrap();
+    let xi = g.input("x", GgmlType::F32, &[k, m]).unwrap();
+    let y = g.mul_mat(w, xi).unwrap();
+    g.set_output(y).unwrap();
+    let plan = Plan::compile(g);
+    let mut mem = Memory::new(&plan);
+    mem.bind_weight(&plan, w, w_bytes).unwrap();
+    if packed {
+        let p: PackedWeight = packed::pack(ty, [k, n, 1, 1], w_bytes).unwrap();
+        mem.bind_packed(&plan, w, Arc::new(p)).unwrap();
+    }
+    mem.write_f32(&plan, xi, x).unwrap();
+    let mut exec = Executor::new(&plan, threads);
+    exec.run(&plan, &mut mem).unwrap();
+    exec.read_f32(&plan, &mem, y).unwrap()
+}
+
+#[test]
+fn executor_gives_the_same_product_with_a_packed_copy() {
+    if !packed::available() {
+        eprintln!("no AVX-512 VNNI: packed kernels not used on this machine");
+        return;
+    }
+    for ty in FORMATS {
+        let (k, n) = (192, 53);
+        let w = quantized(ty, k, n, 3);
+        for m in [1usize, 9, 24] {
+            let x = noise(k * m, 5 + m as u64);
+            let plain = run_graph(ty, &w, k, n, &x, false, 1);
+            let scale = plain.iter().fold(0f32, |a, v| a.max(v.abs()));
+            for threads in 1..=3 {
+                let got = run_graph(ty, &w, k, n, &x, true, threads);
+                for (i, (&g, &e)) in got.iter().zip(&plain).enumerate() {
+                    assert!(
+                        close(g, e, scale),
+                        "{ty} m={m} t={threads} [{i}]: {g} vs {e}"
+                    );
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn a_packed_copy_of_another_shape_is_refused() {
+    let w = quantized(GgmlType::Q8_0, 64, 4, 2);
+    let mut g = Graph::new();
+    let wt = g.weight("w", GgmlType::Q8_0, &[64, 2]).unwrap();
+    let x = g.input("x", GgmlType::F32, &[64, 1]).unwrap();
+    let y = g.mul_mat(wt, x).unwrap();
+    g.set_output(y).unwrap();
+    let plan = Plan::compile(g);
+    let mut mem = Memory::new(&plan);
+    let p = packed::pack_always(GgmlType::Q8_0, [64, 4, 1, 1], &w).unwrap();
+    let e = mem.bind_packed(&plan, wt, Arc::new(p)).unwrap_err();
+    assert!(e.to_string().contains("does not match"), "{e}");
+}
