@@ -23,11 +23,15 @@ fn f16_round(v: &[f32]) -> Vec<f32> {
 #[test]
 fn flash_attn_matches_naive_attention() {
     let mut rng = Rng::new(21);
-    let (d, n_q, h, h_kv, n_kv) = (16, 3, 4, 2, 7);
-    for (cache, softcap, use_mask, kv_len) in [
-        (F32, 0.0, true, None),
-        (GgmlType::F16, 0.0, false, Some(5)),
-        (F32, 2.0, true, Some(6)),
+    // The last shapes cover the 16-lane F16 tiles: several tiles per KV head, a partial one,
+    // head sizes that are not a multiple of 16 (or of 4), a causal-style mask.
+    for (d, n_q, h, h_kv, n_kv, cache, softcap, use_mask, kv_len) in [
+        (16, 3, 4, 2, 7, F32, 0.0, true, None),
+        (16, 3, 4, 2, 7, GgmlType::F16, 0.0, false, Some(5)),
+        (16, 3, 4, 2, 7, F32, 2.0, true, Some(6)),
+        (64, 13, 9, 3, 20, GgmlType::F16, 0.0, true, None),
+        (72, 6, 4, 1, 9, GgmlType::F16, 0.0, true, Some(8)),
+        (34, 5, 2, 2, 11, GgmlType::F16, 0.0, false, None),
     ] {
         let q = rng.vec(d * n_q * h);
         let (k, v) = (rng.vec(d * n_kv * h_kv), rng.vec(d * n_kv * h_kv));
@@ -110,7 +114,7 @@ fn flash_attn_matches_naive_attention() {
             inputs.push(Input::I32(nt, vec![n as i32]));
         }
         check(
-            &format!("flash_attn {cache} softcap={softcap} kv_len={kv_len:?}"),
+            &format!("flash_attn d={d} n_q={n_q} {cache} softcap={softcap} kv_len={kv_len:?}"),
             &g,
             out,
             &inputs,

@@ -6,6 +6,7 @@ use tinynn_format::GgmlType;
 
 use super::{row_index, split, StepArgs, ERR_KERNEL};
 use crate::pool::Ctx;
+use crate::simd::attention_tile::{self, TileIo, TileScratch, LANES};
 use crate::simd::f16_accumulate;
 
 /// Largest head size kept on the stack (the builder enforces it).
@@ -40,10 +41,71 @@ pub(crate) fn flash_attn(
     if a.strict {
         attend::<f64>(scale, softcap, mask, n_kv, a, ctx);
     } else if a.src(2).layout.dtype == GgmlType::F16 && k.layout.dtype == GgmlType::F16 {
-        attend_f16_cache(scale, softcap, mask, n_kv, a, ctx);
+        if softcap == 0.0 && attention_tile::available() && tile_fits(mask.as_ref(), a) {
+            attend_tiled(scale, mask, n_kv, a, ctx);
+        } else {
+            attend_f16_cache(scale, softcap, mask, n_kv, a, ctx);
+        }
     } else {
         attend::<f32>(scale, softcap, mask, n_kv, a, ctx);
     }
+}
+
+/// Whether the tiled kernel takes this call: an F32 mask whose element offsets fit in i32
+/// (gathers), contiguous output rows.
+fn tile_fits(mask: Option<&super::RawTensor>, a: &StepArgs<'_>) -> bool {
+    let mask_ok = mask.is_none_or(|m| {
+        m.layout.dtype == GgmlType::F32
+            && m.layout.nb[0] == 4
+            && m.layout.ne[1] * m.layout.nb[1] < i32::MAX as usize / 2
+    });
+    mask_ok && a.dst.layout.nb[0] == 4 && a.dst.layout.dtype == GgmlType::F32
+}
+
+thread_local! {
+    /// Each pool thread's tile scratch, made on its first attention step.
+    static SCRATCH: std::cell::RefCell<Box<TileScratch>> = std::cell::RefCell::new(TileScratch::new());
+}
+
+/// [`attend_f16_cache`]'s arithmetic, 16 (query, head) lanes of one KV head at a time (see
+/// `simd::attention_tile`). Tiles go round-robin to the threads, so causal prompts (later
+/// rows attend to more) split evenly.
+fn attend_tiled(
+    scale: f32,
+    mask: Option<super::RawTensor>,
+    n_kv: usize,
+    a: &StepArgs<'_>,
+    ctx: &Ctx<'_>,
+) {
+    let (q, k, v) = (a.src(0), a.src(1), a.src(2));
+    let (n_q, n_head, n_head_kv) = (q.layout.ne[1], q.layout.ne[2], k.layout.ne[2]);
+    let group = n_head / n_head_kv;
+    let per_kv_head = (n_q * group).div_ceil(LANES);
+    let io = TileIo {
+        q,
+        k,
+        v,
+        mask,
+        dst: a.dst,
+        n_kv,
+        scale,
+    };
+    SCRATCH.with_borrow_mut(|scratch| {
+        let mut lanes = [(0usize, 0usize); LANES];
+        for job in (ctx.ith..n_head_kv * per_kv_head).step_by(ctx.nth) {
+            let (hk, t) = (job / per_kv_head, job % per_kv_head);
+            let pairs = t * LANES..((t + 1) * LANES).min(n_q * group);
+            let n = pairs.len();
+            for (lane, p) in lanes.iter_mut().zip(pairs) {
+                *lane = (p / group, hk * group + p % group);
+            }
+            // SAFETY: available() was checked by the caller; the builder checked the shapes
+            // (q [d, n_q, H], k/v F16 [·, n_kv, H_kv] with contiguous rows, mask [n_kv, ≥ n_q]
+            // F32, dst [dv, H, n_q] contiguous rows); n_kv ≤ the cache length; each (i, h) lane
+            // belongs to exactly one job, so its output row is this thread's.
+            unsafe { attention_tile::attend_tile(&io, hk, &lanes[..n], scratch) };
+        }
+    });
 }
 
 /// Attention over an F16 cache with ggml's rounding: q rounded to f16, scores as f16·f16
