@@ -3,6 +3,8 @@
 
 #![allow(dead_code)]
 
+pub mod gradcheck;
+
 use tinynn_core::graph::Graph;
 use tinynn_core::plan::Plan;
 use tinynn_core::tensor::TensorId;
