@@ -94,6 +94,8 @@ fn write_all(mem: &mut Memory<'_>, plan: &Plan, ps: &[TensorId], params: &[P], i
     }
     for input in inputs {
         match input {
+            // Inputs the output does not read are not in the plan.
+            Input::F32(t, _) | Input::I32(t, _) if plan.location(*t).is_none() => {}
             Input::F32(t, v) => mem.write_f32(plan, *t, v).unwrap(),
             Input::I32(t, v) => mem.write_i32(plan, *t, v).unwrap(),
         }
