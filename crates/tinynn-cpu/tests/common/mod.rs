@@ -4,6 +4,7 @@
 #![allow(dead_code)]
 
 pub mod gradcheck;
+pub mod tiny_block;
 
 use tinynn_core::graph::Graph;
 use tinynn_core::plan::Plan;
