@@ -336,22 +336,19 @@ impl Graph {
 fn inverse_permutation(lv: &Layout, ls: &Layout) -> Option<[usize; MAX_DIMS]> {
     let mut axes = [usize::MAX; MAX_DIMS];
     let mut taken = [false; MAX_DIMS];
-    for d in 0..MAX_DIMS {
-        if lv.ne[d] == 1 {
+    for (axis, (&ne, &nb)) in axes.iter_mut().zip(lv.ne.iter().zip(&lv.nb)) {
+        if ne == 1 {
             continue;
         }
-        let e =
-            (0..MAX_DIMS).find(|&e| !taken[e] && ls.ne[e] == lv.ne[d] && ls.nb[e] == lv.nb[d])?;
-        axes[d] = e;
+        let e = (0..MAX_DIMS).find(|&e| !taken[e] && ls.ne[e] == ne && ls.nb[e] == nb)?;
+        *axis = e;
         taken[e] = true;
     }
     // Size-1 dimensions fill the remaining positions (any order gives the same memory).
-    for d in 0..MAX_DIMS {
-        if axes[d] == usize::MAX {
-            let e = (0..MAX_DIMS).find(|&e| !taken[e] && ls.ne[e] == 1)?;
-            axes[d] = e;
-            taken[e] = true;
-        }
+    for axis in axes.iter_mut().filter(|a| **a == usize::MAX) {
+        let e = (0..MAX_DIMS).find(|&e| !taken[e] && ls.ne[e] == 1)?;
+        *axis = e;
+        taken[e] = true;
     }
     Some(axes)
 }
