@@ -189,6 +189,66 @@ pub enum Op {
     /// One SGD step with momentum, in place: src0 parameter, src1 gradient, src2 velocity,
     /// src3 F32 `[3]` hyperparameters `[lr, momentum, weight_decay]`.
     Sgd,
+
+    // ---- Gradient ops (built by `Graph::backward`; see `graph/backward_rules.rs`). ----
+    /// Every element set to the value (no sources): the loss seed, zero gradients.
+    Fill(f32),
+    /// `dy · f'(x)` for src0 x and src1 dy (same shape).
+    UnaryBack(Unary),
+    /// src0 summed onto the result's shape, each of whose dims divides src0's (the gradient of
+    /// a broadcast operand). Sums run in a fixed order, in f64.
+    ReduceTo,
+    /// src0 repeated to the result's shape (each of src0's dims divides it).
+    Repeat,
+    /// Gradient of `rms_norm` for src0 x and src1 dy (same shape, contiguous rows).
+    RmsNormBack {
+        eps: f32,
+    },
+    /// Gradient of plain layer normalization (no weight, no bias) for src0 x and src1 dy.
+    LayerNormBack {
+        eps: f32,
+    },
+    /// Gradient of softmax for src0 y (the softmax output) and src1 dy:
+    /// `scale · y · (dy − Σ y·dy)` per row.
+    SoftMaxBack {
+        scale: f32,
+    },
+    /// Sets `x[i0, i1, ..] = 0` where `i0 > n_past + i1` (the gradient of `DiagMaskInf`).
+    DiagMaskZero {
+        n_past: usize,
+    },
+    /// The inverse rotation of `Rope` (the angle negated, cos/sin scaled the same): src0 dy,
+    /// src1 positions, src2 frequency factors when `has_freq_factors`.
+    RopeBack {
+        rope: Rope,
+        has_freq_factors: bool,
+    },
+    /// Gradient of `FlashAttn` (no kv length): sources q, k, v (all F32), the mask when
+    /// `has_mask`, then dO `[Dv, H, n_q, 1]`. The result is flat: dq, then dk, then dv
+    /// (each contiguous in its operand's shape). Recomputes the attention rows; f64 sums.
+    FlashAttnBack {
+        scale: f32,
+        softcap: f32,
+        has_mask: bool,
+    },
+    /// Scatter-add of the rows of src0 dy `[K, n]` into rows src1 (I32 `[n]`) of a zero
+    /// `[K, R]` result (the gradient of `GetRows`). A result row belongs to one thread; its
+    /// contributions are added in index order.
+    GetRowsBack,
+    /// Gradient of the mean cross-entropy for src0 logits `[V, n]`, src1 labels, src2 the
+    /// loss gradient `[1]`: `dl · (softmax(row) − onehot(label)) / count`.
+    CrossEntropyLossBack,
+    /// `Wᵀ · dy`: src0 W `[K, N, b2, b3]` (any weight format, dequantized on the fly), src1 dy
+    /// `[N, M, c2, c3]` F32 → `[K, M, c2, c3]` (the gradient of `MulMat` for its activations).
+    MulMatT,
+    /// Gradient of a view: src0 dy (the view's shape) added into a zero tensor of the viewed
+    /// tensor's shape. `offset` and `nb` place the view in the viewed tensor's memory, whose
+    /// own byte strides are `src_nb` (nested: each stride spans the smaller ones).
+    ViewBack {
+        offset: usize,
+        nb: [usize; 4],
+        src_nb: [usize; 4],
+    },
 }
 
 impl Op {
@@ -242,6 +302,20 @@ impl Op {
             Op::CrossEntropyLoss => "cross_entropy_loss",
             Op::AdamW => "adamw",
             Op::Sgd => "sgd",
+            Op::Fill(_) => "fill",
+            Op::UnaryBack(_) => "unary_back",
+            Op::ReduceTo => "reduce_to",
+            Op::Repeat => "repeat",
+            Op::RmsNormBack { .. } => "rms_norm_back",
+            Op::LayerNormBack { .. } => "layer_norm_back",
+            Op::SoftMaxBack { .. } => "soft_max_back",
+            Op::DiagMaskZero { .. } => "diag_mask_zero",
+            Op::RopeBack { .. } => "rope_back",
+            Op::FlashAttnBack { .. } => "flash_attn_back",
+            Op::GetRowsBack => "get_rows_back",
+            Op::CrossEntropyLossBack => "cross_entropy_loss_back",
+            Op::MulMatT => "mul_mat_t",
+            Op::ViewBack { .. } => "view_back",
         }
     }
 
@@ -254,7 +328,7 @@ impl Op {
     pub fn can_run_in_place(&self) -> bool {
         matches!(
             self,
-            Op::Unary(_) | Op::Binary(_) | Op::Scale(_) | Op::SwiGlu
+            Op::Unary(_) | Op::Binary(_) | Op::Scale(_) | Op::SwiGlu | Op::UnaryBack(_)
         )
     }
 }

@@ -81,6 +81,11 @@ pub fn work_bytes(graph: &Graph, node: TensorId) -> usize {
         }
         // Per-thread partial sums (loss, count) for up to 64 threads.
         Op::CrossEntropyLoss => 64 * 16,
+        // Log-sum-exp and Σ dO·O per (head, query), f64.
+        Op::FlashAttnBack { .. } => {
+            let q = graph.layout(n.src[0]);
+            16 * q.ne[1] * q.ne[2]
+        }
         _ => 0,
     }
 }

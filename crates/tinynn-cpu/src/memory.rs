@@ -198,6 +198,13 @@ impl<'w> Memory<'w> {
         }
     }
 
+    /// Sets persistent tensor `t` to zeros without allocating (gradient buffers between
+    /// optimizer steps; optimizer moments are separate tensors and keep their values).
+    pub fn zero_persistent(&mut self, plan: &Plan, t: TensorId) -> Result<(), MemoryError> {
+        self.persistent_mut(plan, t)?.fill(0);
+        Ok(())
+    }
+
     fn typed_mut(
         &mut self,
         plan: &Plan,

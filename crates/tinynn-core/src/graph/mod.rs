@@ -2,13 +2,17 @@
 //! and types and return errors (never panic). A graph is compiled once into a
 //! [`Plan`](crate::plan::Plan) and run many times.
 
+mod backward;
+mod backward_rules;
 mod build;
 mod build_attention;
+mod build_back;
 mod build_extra;
 mod build_reduce;
 mod build_train;
 mod views;
 
+pub use backward::{AdamState, Contributions, GradMode, Gradients, RuleOverride};
 pub use build_attention::MAX_HEAD_DIM;
 
 use tinynn_format::GgmlType;

@@ -39,7 +39,7 @@ fn apply_unary(u: Unary, x: f32) -> f32 {
 /// For each element of this thread's output rows, stores `f(i0, i1, i2, i3)`. The output may
 /// be the first input (in place): each element is read by `f` just before it is written.
 #[inline]
-fn for_my_elements(dst: &RawTensor, ctx: &Ctx<'_>, f: impl Fn([usize; 4]) -> f32) {
+pub(crate) fn for_my_elements(dst: &RawTensor, ctx: &Ctx<'_>, f: impl Fn([usize; 4]) -> f32) {
     let ne0 = dst.layout.ne[0];
     for r in split(dst.layout.n_rows(), ctx.ith, ctx.nth) {
         let (i1, i2, i3) = row_index(&dst.layout, r);

@@ -9,10 +9,12 @@
 //! `// SAFETY:` notes below rely on.
 
 mod attention;
+mod attention_back;
 mod conv;
 mod copy;
 mod elementwise;
 mod matmul;
+mod matmul_back;
 mod moe;
 mod norm;
 mod reduce;
@@ -21,6 +23,7 @@ mod rows;
 mod shape;
 mod softmax;
 mod train;
+mod train_back;
 
 use std::ops::Range;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -235,7 +238,7 @@ pub(crate) fn compute(a: &StepArgs<'_>, ctx: &Ctx<'_>) {
         Op::Rope {
             rope: r,
             has_freq_factors,
-        } => rope::rope(&r, has_freq_factors, a, ctx),
+        } => rope::rope(&r, has_freq_factors, false, a, ctx),
         Op::FlashAttn {
             scale,
             softcap,
@@ -266,5 +269,26 @@ pub(crate) fn compute(a: &StepArgs<'_>, ctx: &Ctx<'_>) {
         Op::CrossEntropyLoss => train::cross_entropy_loss(a, ctx),
         Op::AdamW => train::adamw(a, ctx),
         Op::Sgd => train::sgd(a, ctx),
+        Op::Fill(v) => train_back::fill(v, a, ctx),
+        Op::UnaryBack(u) => train_back::unary_back(u, a, ctx),
+        Op::ReduceTo => train_back::reduce_to(a, ctx),
+        Op::Repeat => train_back::repeat(a, ctx),
+        Op::RmsNormBack { eps } => train_back::rms_norm_back(eps, a, ctx),
+        Op::LayerNormBack { eps } => train_back::layer_norm_back(eps, a, ctx),
+        Op::SoftMaxBack { scale } => train_back::soft_max_back(scale, a, ctx),
+        Op::DiagMaskZero { n_past } => train_back::diag_mask_zero(n_past, a, ctx),
+        Op::RopeBack {
+            rope: r,
+            has_freq_factors,
+        } => rope::rope(&r, has_freq_factors, true, a, ctx),
+        Op::FlashAttnBack {
+            scale,
+            softcap,
+            has_mask,
+        } => attention_back::flash_attn_back(scale, softcap, has_mask, a, ctx),
+        Op::GetRowsBack => train_back::get_rows_back(a, ctx),
+        Op::CrossEntropyLossBack => train_back::cross_entropy_loss_back(a, ctx),
+        Op::MulMatT => matmul_back::mul_mat_t(a, ctx),
+        Op::ViewBack { offset, nb, src_nb } => train_back::view_back(offset, nb, src_nb, a, ctx),
     }
 }

@@ -20,7 +20,14 @@ fn ramp(low: f32, high: f32, i0: usize) -> f32 {
     1.0 - y.clamp(0.0, 1.0)
 }
 
-pub(crate) fn rope(r: &Rope, has_freq_factors: bool, a: &StepArgs<'_>, ctx: &Ctx<'_>) {
+/// `inverse`: rotate by the negative angle (the gradient of the forward rotation).
+pub(crate) fn rope(
+    r: &Rope,
+    has_freq_factors: bool,
+    inverse: bool,
+    a: &StepArgs<'_>,
+    ctx: &Ctx<'_>,
+) {
     let (x, pos) = (a.src(0), a.src(1));
     let factors = has_freq_factors.then(|| a.src(2).row_f32_ptr(0, 0, 0));
     let dst = a.dst;
@@ -81,6 +88,7 @@ pub(crate) fn rope(r: &Rope, has_freq_factors: bool, a: &StepArgs<'_>, ctx: &Ctx
                 let (s, c) = theta.sin_cos();
                 (s * mscale, c * mscale)
             };
+            let s = if inverse { -s } else { s };
             let (i0, i1) = match r.mode {
                 RopeMode::Normal => (2 * i, 2 * i + 1),
                 RopeMode::Neox => (i, i + half),

@@ -3,6 +3,9 @@
 
 #![allow(dead_code)]
 
+pub mod gradcheck;
+pub mod tiny_block;
+
 use tinynn_core::graph::Graph;
 use tinynn_core::plan::Plan;
 use tinynn_core::tensor::TensorId;

@@ -1,0 +1,210 @@
+//! Gradient of fused attention. Nothing is saved by the forward pass: the attention rows are
+//! recomputed from q, k, v (f64 sums).
+//!
+//! Phase 1, per (head, query) row: the log-sum-exp of the scores, `D = dO·O`, and dq. Both
+//! scalars go to the work buffer. Phase 2 (after a barrier), per (kv head, kv row): dk and dv,
+//! summing over the query heads of the group and the queries in a fixed order. Every output
+//! row is written by one thread, so results do not depend on the thread count.
+
+use super::{split, RawTensor, StepArgs, ERR_KERNEL};
+use crate::pool::Ctx;
+
+/// Largest head size (the forward builder enforces it).
+const MAX_D: usize = 512;
+
+struct Attn {
+    q: RawTensor,
+    k: RawTensor,
+    v: RawTensor,
+    mask: Option<RawTensor>,
+    d_out: RawTensor,
+    scale: f64,
+    softcap: f64,
+}
+
+impl Attn {
+    /// `(s, ds/draw)`: the masked score of query i (q loaded in `qbuf`) and kv row j of kv head hk, and the
+    /// derivative of the capped score by the uncapped one. `s` is -inf where masked.
+    fn score(&self, i: usize, hk: usize, j: usize, qbuf: &[f64]) -> (f64, f64) {
+        // SAFETY: the mask is [n_kv, ≥ n_q] (builder-checked).
+        let m = self
+            .mask
+            .map_or(0.0, |m| f64::from(unsafe { m.f32_at([j, i, 0, 0]) }));
+        if m == f64::NEG_INFINITY {
+            return (m, 0.0);
+        }
+        let mut raw = 0f64;
+        for (c, &qc) in qbuf.iter().enumerate() {
+            // SAFETY: (c, j, hk) is inside k.
+            raw += qc * f64::from(unsafe { self.k.f32_at([c, j, hk, 0]) });
+        }
+        raw *= self.scale;
+        if self.softcap > 0.0 {
+            let t = (raw / self.softcap).tanh();
+            (self.softcap * t + m, 1.0 - t * t)
+        } else {
+            (raw + m, 1.0)
+        }
+    }
+
+    /// `dO[h, i] · v[j, hk]`.
+    fn dp(&self, h: usize, i: usize, hk: usize, j: usize) -> f64 {
+        (0..self.v.layout.ne[0])
+            .map(|c| {
+                // SAFETY: (c, h, i) is inside dO, (c, j, hk) inside v.
+                unsafe {
+                    f64::from(self.d_out.f32_at([c, h, i, 0]))
+                        * f64::from(self.v.f32_at([c, j, hk, 0]))
+                }
+            })
+            .sum()
+    }
+
+    fn load_q(&self, h: usize, i: usize, qbuf: &mut [f64]) {
+        for (c, x) in qbuf.iter_mut().enumerate() {
+            // SAFETY: (c, i, h) is inside q.
+            *x = f64::from(unsafe { self.q.f32_at([c, i, h, 0]) });
+        }
+    }
+}
+
+pub(crate) fn flash_attn_back(
+    scale: f32,
+    softcap: f32,
+    has_mask: bool,
+    a: &StepArgs<'_>,
+    ctx: &Ctx<'_>,
+) {
+    let at = Attn {
+        q: a.src(0),
+        k: a.src(1),
+        v: a.src(2),
+        mask: has_mask.then(|| a.src(3)),
+        d_out: a.src(if has_mask { 4 } else { 3 }),
+        scale: f64::from(scale),
+        softcap: f64::from(softcap),
+    };
+    let (d, n_q, n_head) = (at.q.layout.ne[0], at.q.layout.ne[1], at.q.layout.ne[2]);
+    let (n_kv, n_head_kv, dv) = (at.k.layout.ne[1], at.k.layout.ne[2], at.v.layout.ne[0]);
+    let group = n_head / n_head_kv;
+    let stats = a.work as *mut f64;
+    if a.work_len < 16 * n_q * n_head || d > MAX_D || dv > MAX_D {
+        a.errors.record(ERR_KERNEL, 0);
+        return;
+    }
+    let out = a.dst.ptr as *mut f32;
+    let (dq_at, dk_at) = (0, at.q.layout.n_elements());
+    let dv_at = dk_at + at.k.layout.n_elements();
+    let mut qbuf = [0f64; MAX_D];
+    let mut acc = [0f64; MAX_D];
+    let mut acc2 = [0f64; MAX_D];
+
+    // Phase 1: per (h, i): lse, D = dO·O, and dq.
+    for job in split(n_q * n_head, ctx.ith, ctx.nth) {
+        let (h, i) = (job % n_head, job / n_head);
+        let hk = h / group;
+        at.load_q(h, i, &mut qbuf[..d]);
+        let (mut max, mut sum) = (f64::NEG_INFINITY, 0f64);
+        let o = &mut acc[..dv];
+        o.fill(0.0);
+        for j in 0..n_kv {
+            let (s, _) = at.score(i, hk, j, &qbuf[..d]);
+            if s == f64::NEG_INFINITY {
+                continue;
+            }
+            let w = if s > max {
+                let shrink = (max - s).exp();
+                o.iter_mut().for_each(|x| *x *= shrink);
+                sum *= shrink;
+                max = s;
+                1.0
+            } else {
+                (s - max).exp()
+            };
+            for (c, x) in o.iter_mut().enumerate() {
+                // SAFETY: (c, j, hk) is inside v.
+                *x += w * f64::from(unsafe { at.v.f32_at([c, j, hk, 0]) });
+            }
+            sum += w;
+        }
+        let (lse, dsum) = if sum > 0.0 {
+            let dsum: f64 = o
+                .iter()
+                .enumerate()
+                // SAFETY: (c, h, i) is inside dO.
+                .map(|(c, &x)| x / sum * f64::from(unsafe { at.d_out.f32_at([c, h, i, 0]) }))
+                .sum();
+            (max + sum.ln(), dsum)
+        } else {
+            (f64::INFINITY, 0.0)
+        };
+        let dq = &mut acc2[..d];
+        dq.fill(0.0);
+        if sum > 0.0 {
+            for j in 0..n_kv {
+                let (s, dcap) = at.score(i, hk, j, &qbuf[..d]);
+                if s == f64::NEG_INFINITY {
+                    continue;
+                }
+                let p = (s - lse).exp();
+                let ds = p * (at.dp(h, i, hk, j) - dsum) * dcap * at.scale;
+                for (c, x) in dq.iter_mut().enumerate() {
+                    // SAFETY: (c, j, hk) is inside k.
+                    *x += ds * f64::from(unsafe { at.k.f32_at([c, j, hk, 0]) });
+                }
+            }
+        }
+        let row = dq_at + d * (i + n_q * h);
+        for (c, &x) in dq.iter().enumerate() {
+            // SAFETY: dq row (i, h) is inside the flat output and this thread's; the stats
+            // slot of job (h, i) is inside the work buffer (checked above) and this thread's.
+            unsafe { out.add(row + c).write(x as f32) };
+        }
+        // SAFETY: as above.
+        unsafe {
+            stats.add(2 * job).write(lse);
+            stats.add(2 * job + 1).write(dsum);
+        }
+    }
+    ctx.barrier();
+
+    // Phase 2: per (hk, j): dk and dv over the group's heads and every query.
+    for job in split(n_kv * n_head_kv, ctx.ith, ctx.nth) {
+        let (j, hk) = (job % n_kv, job / n_kv);
+        let (dk, dvv) = (&mut acc[..d], &mut acc2[..dv]);
+        dk.fill(0.0);
+        dvv.fill(0.0);
+        for h in hk * group..(hk + 1) * group {
+            for i in 0..n_q {
+                let slot = h + n_head * i;
+                // SAFETY: written in phase 1, before the barrier.
+                let (lse, dsum) =
+                    unsafe { (stats.add(2 * slot).read(), stats.add(2 * slot + 1).read()) };
+                at.load_q(h, i, &mut qbuf[..d]);
+                let (s, dcap) = at.score(i, hk, j, &qbuf[..d]);
+                if s == f64::NEG_INFINITY || lse == f64::INFINITY {
+                    continue;
+                }
+                let p = (s - lse).exp();
+                let ds = p * (at.dp(h, i, hk, j) - dsum) * dcap * at.scale;
+                for (x, &qc) in dk.iter_mut().zip(&qbuf[..d]) {
+                    *x += ds * qc;
+                }
+                for (c, x) in dvv.iter_mut().enumerate() {
+                    // SAFETY: (c, h, i) is inside dO.
+                    *x += p * f64::from(unsafe { at.d_out.f32_at([c, h, i, 0]) });
+                }
+            }
+        }
+        let (rk, rv) = (dk_at + d * (j + n_kv * hk), dv_at + dv * (j + n_kv * hk));
+        // SAFETY: dk and dv rows (j, hk) are inside the flat output and this thread's.
+        unsafe {
+            for (c, &x) in dk.iter().enumerate() {
+                out.add(rk + c).write(x as f32);
+            }
+            for (c, &x) in dvv.iter().enumerate() {
+                out.add(rv + c).write(x as f32);
+            }
+        }
+    }
+}

@@ -1,0 +1,79 @@
+//! `Wᵀ · dy` (the gradient of mul_mat for its activations) with W in any weight format,
+//! dequantized on the fly in chunks: W stays as the file stores it (QLoRA's frozen base).
+//!
+//! Each thread owns a range of whole blocks of K (the output's rows elements), so it
+//! dequantizes only its slice of each weight row; every output element sums over n in
+//! ascending order, whatever the thread count.
+
+use super::copy::{read_chunk, CHUNK};
+use super::{split, StepArgs, ERR_KERNEL};
+use crate::pool::Ctx;
+
+pub(crate) fn mul_mat_t(a: &StepArgs<'_>, ctx: &Ctx<'_>) {
+    let (w, dy, dst) = (a.src(0), a.src(1), a.dst);
+    let [k, m, c2, c3] = dst.layout.ne;
+    let n = w.layout.ne[1];
+    let (r2, r3) = (c2 / w.layout.ne[2], c3 / w.layout.ne[3]);
+    let be = w.layout.dtype.layout().block_elems as usize;
+    let blocks = split(k / be, ctx.ith, ctx.nth);
+    let (k0, k1) = (blocks.start * be, blocks.end * be);
+    let mut buf = [0f32; CHUNK];
+    let mut acc = [0f64; CHUNK];
+    for i3 in 0..c3 {
+        for i2 in 0..c2 {
+            let wb = (i2 / r2, i3 / r3);
+            let mut c0 = k0;
+            while c0 < k1 {
+                let len = CHUNK.min(k1 - c0);
+                if a.strict {
+                    // Reference mode: f64 sums, one output column at a time.
+                    for mi in 0..m {
+                        acc[..len].fill(0.0);
+                        for ni in 0..n {
+                            // SAFETY: weight row ni of batch wb exists with contiguous rows;
+                            // c0 and len are whole blocks inside it.
+                            if !unsafe { read_chunk(&w, (ni, wb.0, wb.1), c0, &mut buf[..len]) } {
+                                a.errors.record(ERR_KERNEL, 0);
+                            }
+                            // SAFETY: (ni, mi, i2, i3) is inside dy.
+                            let g = f64::from(unsafe { dy.f32_at([ni, mi, i2, i3]) });
+                            for (x, &wv) in acc[..len].iter_mut().zip(&buf[..len]) {
+                                *x += g * f64::from(wv);
+                            }
+                        }
+                        for (t, &x) in acc[..len].iter().enumerate() {
+                            // SAFETY: element (c0 + t, mi, i2, i3) is this thread's.
+                            unsafe { dst.set_float([c0 + t, mi, i2, i3], x as f32) };
+                        }
+                    }
+                } else {
+                    // Rows of the output are shared between threads (each owns a slice), so
+                    // they are written through raw pointers, never as whole `&mut` rows.
+                    for mi in 0..m {
+                        let out = dst.row_f32_ptr(mi, i2, i3);
+                        for t in c0..c0 + len {
+                            // SAFETY: element t of output row (mi, i2, i3) is this thread's.
+                            unsafe { out.add(t).write(0.0) };
+                        }
+                    }
+                    for ni in 0..n {
+                        // SAFETY: as in the strict branch.
+                        if !unsafe { read_chunk(&w, (ni, wb.0, wb.1), c0, &mut buf[..len]) } {
+                            a.errors.record(ERR_KERNEL, 0);
+                        }
+                        for mi in 0..m {
+                            // SAFETY: (ni, mi, i2, i3) is inside dy.
+                            let g = unsafe { dy.f32_at([ni, mi, i2, i3]) };
+                            let out = dst.row_f32_ptr(mi, i2, i3).wrapping_add(c0);
+                            for (t, &wv) in buf[..len].iter().enumerate() {
+                                // SAFETY: elements c0..c0+len of the row are this thread's.
+                                unsafe { out.add(t).write(out.add(t).read() + g * wv) };
+                            }
+                        }
+                    }
+                }
+                c0 += len;
+            }
+        }
+    }
+}
