@@ -146,7 +146,7 @@ pub fn grad_check(
     let strict = ExecOptions {
         threads: 1,
         strict: true,
-        trace: false,
+        ..ExecOptions::default()
     };
     let mut exec = Executor::with_options(&plan, strict);
     exec.run(&plan, &mut mem)

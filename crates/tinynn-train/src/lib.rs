@@ -1,0 +1,3 @@
+//! tinynn-train: everything training needs on top of the engine's autograd
+//! (`tinynn_core::graph::Graph::backward`): model training graphs, optimizers and learning-rate
+//! schedules, data loading, checkpoints, and LoRA.
