@@ -70,6 +70,21 @@ fn weights(ty: GgmlType, n: usize) -> Vec<u8> {
 }
 
 fn run(bencher: Bencher, ty: GgmlType, k: usize, n: usize, m: usize, threads: usize) {
+    run_with(bencher, ty, k, n, m, threads, false);
+}
+
+/// Formats with a packed (interleaved-row) layout, benched through it.
+const PACKED: [GgmlType; 2] = [GgmlType::Q8_0, GgmlType::Q4_1];
+
+fn run_with(
+    bencher: Bencher,
+    ty: GgmlType,
+    k: usize,
+    n: usize,
+    m: usize,
+    threads: usize,
+    packed: bool,
+) {
     let k = if k.is_multiple_of(ty.layout().block_elems as usize) {
         k
     } else {
@@ -84,6 +99,12 @@ fn run(bencher: Bencher, ty: GgmlType, k: usize, n: usize, m: usize, threads: us
     let plan = Plan::compile(g);
     let mut mem = Memory::new(&plan);
     mem.bind_weight(&plan, w, &w_bytes).unwrap();
+    if packed {
+        match tinynn_cpu::packed::pack(ty, [k, n, 1, 1], &w_bytes) {
+            Some(p) => mem.bind_packed(&plan, w, std::sync::Arc::new(p)).unwrap(),
+            None => eprintln!("{ty}: no packed kernel on this machine; plain layout"),
+        }
+    }
     mem.write_f32(&plan, x, &vec![0.5; k * m]).unwrap();
     let mut exec = Executor::new(&plan, threads);
     bencher
@@ -105,4 +126,19 @@ fn decode_k576_n49152<const T: usize>(bencher: Bencher, ty: GgmlType) {
 #[divan::bench(args = FORMATS, consts = [1, 2], sample_count = 3, sample_size = 1)]
 fn prefill_k576_n1536_m512<const T: usize>(bencher: Bencher, ty: GgmlType) {
     run(bencher, ty, 576, 1536, 512, T);
+}
+
+#[divan::bench(args = PACKED, consts = [1, 2])]
+fn packed_decode_k576_n1536<const T: usize>(bencher: Bencher, ty: GgmlType) {
+    run_with(bencher, ty, 576, 1536, 1, T, true);
+}
+
+#[divan::bench(args = PACKED, consts = [1, 2])]
+fn packed_decode_k576_n49152<const T: usize>(bencher: Bencher, ty: GgmlType) {
+    run_with(bencher, ty, 576, 49152, 1, T, true);
+}
+
+#[divan::bench(args = PACKED, consts = [1, 2], sample_count = 3, sample_size = 1)]
+fn packed_prefill_k576_n1536_m512<const T: usize>(bencher: Bencher, ty: GgmlType) {
+    run_with(bencher, ty, 576, 1536, 512, T, true);
 }

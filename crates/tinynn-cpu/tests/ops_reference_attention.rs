@@ -32,6 +32,9 @@ fn flash_attn_matches_naive_attention() {
         (64, 13, 9, 3, 20, GgmlType::F16, 0.0, true, None),
         (72, 6, 4, 1, 9, GgmlType::F16, 0.0, true, Some(8)),
         (34, 5, 2, 2, 11, GgmlType::F16, 0.0, false, None),
+        // 64+ query rows: the blocked f32 path, several KV blocks, a partial last one.
+        (64, 70, 3, 1, 150, GgmlType::F16, 0.0, true, Some(141)),
+        (40, 64, 2, 2, 64, GgmlType::F16, 0.0, false, None),
     ] {
         let q = rng.vec(d * n_q * h);
         let (k, v) = (rng.vec(d * n_kv * h_kv), rng.vec(d * n_kv * h_kv));

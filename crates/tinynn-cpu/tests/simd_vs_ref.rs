@@ -78,3 +78,68 @@ fn simd_kernels_match_the_reference() {
         }
     }
 }
+
+#[test]
+fn vector_exp_is_correctly_rounded() {
+    // A dense sweep of the range where exp(x) is a finite non-zero f32, plus specials.
+    let mut xs: Vec<f32> = (0..2_000_000)
+        .map(|i| -110.0 + 200.0 * i as f32 / 2_000_000.0)
+        .collect();
+    xs.extend([
+        0.0, -0.0, 1e-30, -1e-30, 88.7, 88.8, -103.9, -104.0, -87.3, 0.5, -0.5,
+    ]);
+    xs.extend([
+        f32::INFINITY,
+        f32::NEG_INFINITY,
+        f32::NAN,
+        f32::MIN_POSITIVE,
+    ]);
+    let mut got = xs.clone();
+    tinynn_cpu::simd::vexp::exp_slice(&mut got);
+    let mut off = 0;
+    for (&x, &g) in xs.iter().zip(&got) {
+        // f64 exp rounded once to f32: the correctly rounded result but for ties within
+        // f64's error, which this sweep does not meet.
+        let want = (x as f64).exp() as f32;
+        if want.is_nan() {
+            assert!(g.is_nan(), "exp({x}) = {g}, want NaN");
+            continue;
+        }
+        if g.to_bits() != want.to_bits() {
+            off += 1;
+        }
+        // libm's expf is within one unit in the last place of it.
+        let ulps = (g.to_bits() as i64 - x.exp().to_bits() as i64).abs();
+        assert!(ulps <= 1, "exp({x}) = {g}, libm {}", x.exp());
+    }
+    assert_eq!(off, 0, "{off} of {} not correctly rounded", xs.len());
+}
+
+#[test]
+fn simd_activation_quantizer_is_bit_identical() {
+    let mut x: Vec<f32> = (0..32 * 40)
+        .map(|i| ((i * 7919) % 1000) as f32 / 37.0 - 13.0)
+        .collect();
+    x[..32].fill(0.0); // an all-zero block
+    x[32..64]
+        .iter_mut()
+        .enumerate()
+        .for_each(|(i, v)| *v = 0.5 * i as f32 - 8.0); // ties
+    x[70] = 1e-30;
+    let mut want = vec![0u8; 40 * 36];
+    tinynn_core::quant::quantize_activations(tinynn_format::GgmlType::Q8_1, &x, &mut want).unwrap();
+    let mut got = vec![0u8; 40 * 36];
+    tinynn_cpu::simd::quantize_q8::q8_1_row(&x, &mut got, false);
+    assert_eq!(got, want);
+    tinynn_cpu::simd::quantize_q8::q8_1_row(&x, &mut got, true);
+    for (b, (g, w)) in got.chunks_exact(36).zip(want.chunks_exact(36)).enumerate() {
+        assert_eq!(g[..2], w[..2], "block {b} scale");
+        assert_eq!(g[4..], w[4..], "block {b} quants");
+        let sum: i32 = w[4..].iter().map(|&q| i32::from(q as i8)).sum();
+        assert_eq!(
+            i16::from_le_bytes([g[2], g[3]]),
+            sum as i16,
+            "block {b} sum"
+        );
+    }
+}

@@ -6,7 +6,11 @@ use tinynn_format::GgmlType;
 
 use super::{row_index, split, StepArgs, ERR_KERNEL};
 use crate::pool::Ctx;
+use crate::simd::attention_block;
 use crate::simd::attention_tile::{self, TileIo, TileScratch, LANES};
+
+/// Query rows from which a batch uses the blocked f32 attention.
+const BLOCKED_MIN_ROWS: usize = 64;
 use crate::simd::f16_accumulate;
 
 /// Largest head size kept on the stack (the builder enforces it).
@@ -64,11 +68,12 @@ fn tile_fits(mask: Option<&super::RawTensor>, a: &StepArgs<'_>) -> bool {
 
 thread_local! {
     /// Each pool thread's tile scratch, made on its first attention step.
-    static SCRATCH: std::cell::RefCell<Box<TileScratch>> = std::cell::RefCell::new(TileScratch::new());
+    static SCRATCH: std::cell::RefCell<TileScratch> = std::cell::RefCell::new(TileScratch::new());
 }
 
-/// [`attend_f16_cache`]'s arithmetic, 16 (query, head) lanes of one KV head at a time (see
-/// `simd::attention_tile`). Tiles go round-robin to the threads, so causal prompts (later
+/// 16 (query, head) lanes of one KV head at a time: [`attend_f16_cache`]'s arithmetic for
+/// small batches (`simd::attention_tile`), blocked f32 attention for prompts
+/// (`simd::attention_block`). Tiles go round-robin to the threads, so causal prompts (later
 /// rows attend to more) split evenly.
 fn attend_tiled(
     scale: f32,
@@ -81,6 +86,9 @@ fn attend_tiled(
     let (n_q, n_head, n_head_kv) = (q.layout.ne[1], q.layout.ne[2], k.layout.ne[2]);
     let group = n_head / n_head_kv;
     let per_kv_head = (n_q * group).div_ceil(LANES);
+    // Batches of at least 64 query rows take the blocked f32 arithmetic, smaller ones (decode)
+    // ggml's f16 one — the same switch llama.cpp's CPU backend makes.
+    let blocked = n_q >= BLOCKED_MIN_ROWS;
     let io = TileIo {
         q,
         k,
@@ -103,7 +111,13 @@ fn attend_tiled(
             // (q [d, n_q, H], k/v F16 [·, n_kv, H_kv] with contiguous rows, mask [n_kv, ≥ n_q]
             // F32, dst [dv, H, n_q] contiguous rows); n_kv ≤ the cache length; each (i, h) lane
             // belongs to exactly one job, so its output row is this thread's.
-            unsafe { attention_tile::attend_tile(&io, hk, &lanes[..n], scratch) };
+            unsafe {
+                if blocked {
+                    attention_block::attend_blocked(&io, hk, &lanes[..n], scratch)
+                } else {
+                    attention_tile::attend_tile(&io, hk, &lanes[..n], scratch)
+                }
+            };
         }
     });
 }

@@ -146,6 +146,19 @@ unsafe fn convert(
     activations: bool,
 ) -> bool {
     let n = dst.layout.ne[0];
+    let (s, d) = (&src.layout, &dst.layout);
+    if s.dtype == GgmlType::F32 && d.dtype == GgmlType::F16 && s.nb[0] == 4 && d.nb[0] == 2 {
+        // SAFETY: both rows exist with contiguous elements (caller and the check above); the
+        // planner keeps a copy's output apart from its input.
+        unsafe {
+            crate::simd::quantize_q8::f32_to_f16_row(
+                src.row_f32_ptr(src_row.0, src_row.1, src_row.2),
+                dst.ptr.add(d.row_offset(dst_row.0, dst_row.1, dst_row.2)),
+                n,
+            )
+        };
+        return true;
+    }
     let mut buf = [0f32; CHUNK];
     let mut c0 = 0;
     while c0 < n {

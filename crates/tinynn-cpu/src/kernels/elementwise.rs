@@ -67,6 +67,22 @@ pub(crate) fn scale(s: f32, a: &StepArgs<'_>, ctx: &Ctx<'_>) {
 pub(crate) fn binary(op: Binary, a: &StepArgs<'_>, ctx: &Ctx<'_>) {
     let (x, y) = (a.src(0), a.src(1));
     let ny = y.layout.ne;
+    let dst = &a.dst;
+    if x.layout.nb[0] == 4 && y.layout.nb[0] == 4 && ny[0] == dst.layout.ne[0] {
+        for r in split(dst.layout.n_rows(), ctx.ith, ctx.nth) {
+            let (i1, i2, i3) = row_index(&dst.layout, r);
+            let (xp, yp, out) = (
+                x.row_f32_ptr(i1, i2, i3),
+                y.row_f32_ptr(i1 % ny[1], i2 % ny[2], i3 % ny[3]),
+                dst.row_f32_ptr(i1, i2, i3),
+            );
+            // SAFETY: rows of ne0 contiguous F32 values (x has the output's shape, y's row
+            // index is reduced modulo its shape); row r is this thread's; in place, each
+            // value is read before it is written.
+            unsafe { binary_row(op, xp, yp, out, dst.layout.ne[0]) };
+        }
+        return;
+    }
     for_my_elements(&a.dst, ctx, |i| {
         let j = [i[0] % ny[0], i[1] % ny[1], i[2] % ny[2], i[3] % ny[3]];
         // SAFETY: x has the output's shape; y's indices are reduced modulo its shape.
@@ -80,6 +96,27 @@ pub(crate) fn binary(op: Binary, a: &StepArgs<'_>, ctx: &Ctx<'_>) {
     });
 }
 
+/// One row of a binary op on contiguous values (the compiler vectorizes each arm).
+///
+/// # Safety
+/// `x`, `y`, `out` point to `n` f32s; `out` may equal `x` or `y`.
+unsafe fn binary_row(op: Binary, x: *const f32, y: *const f32, out: *mut f32, n: usize) {
+    macro_rules! each {
+        ($f:expr) => {
+            for i in 0..n {
+                // SAFETY: i < n (caller).
+                unsafe { out.add(i).write($f(x.add(i).read(), y.add(i).read())) };
+            }
+        };
+    }
+    match op {
+        Binary::Add => each!(|p: f32, q: f32| p + q),
+        Binary::Sub => each!(|p: f32, q: f32| p - q),
+        Binary::Mul => each!(|p: f32, q: f32| p * q),
+        Binary::Div => each!(|p: f32, q: f32| p / q),
+    }
+}
+
 pub(crate) fn geglu(a: &StepArgs<'_>, ctx: &Ctx<'_>) {
     let (g, u) = (a.src(0), a.src(1));
     // SAFETY: both sources have the output's shape, F32.
@@ -90,6 +127,23 @@ pub(crate) fn geglu(a: &StepArgs<'_>, ctx: &Ctx<'_>) {
 
 pub(crate) fn swiglu(a: &StepArgs<'_>, ctx: &Ctx<'_>) {
     let (g, u) = (a.src(0), a.src(1));
+    if g.layout.nb[0] == 4 && u.layout.nb[0] == 4 {
+        let dst = &a.dst;
+        for r in split(dst.layout.n_rows(), ctx.ith, ctx.nth) {
+            let (i1, i2, i3) = row_index(&dst.layout, r);
+            // SAFETY: all three have the output's shape with contiguous F32 rows; row r is
+            // this thread's; in place, each value is read before it is written.
+            unsafe {
+                crate::simd::vexp::swiglu_row(
+                    g.row_f32_ptr(i1, i2, i3),
+                    u.row_f32_ptr(i1, i2, i3),
+                    dst.row_f32_ptr(i1, i2, i3),
+                    dst.layout.ne[0],
+                )
+            };
+        }
+        return;
+    }
     // SAFETY: both sources have the output's shape, F32.
     for_my_elements(&a.dst, ctx, |i| unsafe { silu(g.f32_at(i)) * u.f32_at(i) });
 }

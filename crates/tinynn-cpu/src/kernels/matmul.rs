@@ -97,6 +97,11 @@ fn mul_mat_packed(p: &PackedWeight, a: &StepArgs<'_>, ctx: &Ctx<'_>) {
         // SAFETY: row r of the work buffer (rows·arb bytes, checked by the caller) is this
         // thread's.
         let out = unsafe { std::slice::from_raw_parts_mut(a.work.add(r * arb), arb) };
+        if x.layout.nb[0] == 4 {
+            // SAFETY: row r of x holds k contiguous f32s.
+            p.quantize_activations(unsafe { x.row_f32(i1, i2, i3) }, out);
+            continue;
+        }
         let mut c0 = 0;
         while c0 < k {
             let len = CHUNK.min(k - c0);

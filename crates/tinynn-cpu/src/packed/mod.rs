@@ -148,14 +148,7 @@ impl PackedWeight {
     /// Quantizes f32 activations (a row, or a run of whole blocks of one) into `out`
     /// (`x.len() / 32` blocks of [`ACT_BLOCK_BYTES`]).
     pub fn quantize_activations(&self, x: &[f32], out: &mut [u8]) {
-        quant::quantize_activations(GgmlType::Q8_1, x, out)
-            .expect("x is whole blocks and out is sized for them");
-        if self.kind == PackKind::Q8_0x16 {
-            for blk in out.chunks_exact_mut(ACT_BLOCK_BYTES) {
-                let sum: i32 = blk[4..].iter().map(|&q| i32::from(q as i8)).sum();
-                blk[2..4].copy_from_slice(&(sum as i16).to_le_bytes());
-            }
-        }
+        crate::simd::quantize_q8::q8_1_row(x, out, self.kind == PackKind::Q8_0x16);
     }
 
     /// `out[t·out_stride + n] = Σ_k w[n, k] · x_t[k]` for tokens `t < m` and the rows of

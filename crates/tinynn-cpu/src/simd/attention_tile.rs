@@ -2,13 +2,14 @@
 //! with AVX-512: each KV row is converted to f32 once for all lanes, the 16 scores come out of
 //! one vector of FMAs (queries transposed, no horizontal sums), and the online softmax runs
 //! lane-parallel. Per lane the arithmetic is ggml's F16 path, as in the one-row kernel: q
-//! rounded to f16, the value sum kept in f16 (each rescale and multiply-add rounded), scalar
-//! `exp`. A lane's result does not depend on which lanes share its tile, so a prompt run as
+//! rounded to f16, the value sum kept in f16 (each rescale and multiply-add rounded), `exp`
+//! (correctly rounded, vectorized). A lane's result does not depend on which lanes share its tile, so a prompt run as
 //! one batch and token by token give the same numbers.
 
 #[cfg(target_arch = "x86_64")]
 use std::arch::x86_64::*;
 
+use super::vexp;
 use crate::kernels::RawTensor;
 
 /// Lanes per tile.
@@ -39,20 +40,28 @@ pub(crate) struct TileIo {
 
 /// Scratch for one tile (about 68 KiB; one per thread).
 pub(crate) struct TileScratch {
-    q_t: [f32; MAX_D * LANES],
-    acc: [f32; LANES * MAX_D],
-    k_row: [f32; MAX_D],
-    v_row: [f32; MAX_D],
+    /// Queries transposed: `[d][16]`.
+    pub(super) q_t: Vec<f32>,
+    /// Value sums: `[16][dv]` (f16 path) or `[dv][16]` (blocked f32 path).
+    pub(super) acc: Vec<f32>,
+    pub(super) k_row: Vec<f32>,
+    pub(super) v_row: Vec<f32>,
+    /// Blocked path: scores, then probabilities, `[KV_BLOCK][16]`.
+    pub(super) p: Vec<f32>,
+    /// Blocked path: the block's value rows in f32, `[KV_BLOCK][dv]`.
+    pub(super) v_blk: Vec<f32>,
 }
 
 impl TileScratch {
-    pub(crate) fn new() -> Box<TileScratch> {
-        Box::new(TileScratch {
-            q_t: [0.0; MAX_D * LANES],
-            acc: [0.0; LANES * MAX_D],
-            k_row: [0.0; MAX_D],
-            v_row: [0.0; MAX_D],
-        })
+    pub(crate) fn new() -> TileScratch {
+        TileScratch {
+            q_t: vec![0.0; MAX_D * LANES],
+            acc: vec![0.0; LANES * MAX_D],
+            k_row: vec![0.0; MAX_D],
+            v_row: vec![0.0; MAX_D],
+            p: vec![0.0; super::attention_block::KV_BLOCK * LANES],
+            v_blk: vec![0.0; super::attention_block::KV_BLOCK * MAX_D],
+        }
     }
 }
 
@@ -116,23 +125,24 @@ pub(crate) unsafe fn attend_tile(
         unsafe {
             f16_row_to_f32(k.row(j, hk, 0).as_ptr(), &mut s.k_row[..d]);
         }
-        let mut a = [_mm512_setzero_ps(); 4];
+        let mut a = [_mm512_setzero_ps(); 8];
         let mut c = 0;
-        while c + 4 <= d {
+        while c + 8 <= d {
             for (r, ar) in a.iter_mut().enumerate() {
                 // SAFETY: c + r < d ≤ MAX_D rows of q_t.
                 let qv = unsafe { _mm512_loadu_ps(s.q_t.as_ptr().add((c + r) * LANES)) };
                 *ar = _mm512_fmadd_ps(qv, _mm512_set1_ps(s.k_row[c + r]), *ar);
             }
-            c += 4;
+            c += 8;
         }
         while c < d {
             // SAFETY: c < d.
             let qv = unsafe { _mm512_loadu_ps(s.q_t.as_ptr().add(c * LANES)) };
-            a[c % 4] = _mm512_fmadd_ps(qv, _mm512_set1_ps(s.k_row[c]), a[c % 4]);
+            a[c % 8] = _mm512_fmadd_ps(qv, _mm512_set1_ps(s.k_row[c]), a[c % 8]);
             c += 1;
         }
-        let score = _mm512_add_ps(_mm512_add_ps(a[0], a[1]), _mm512_add_ps(a[2], a[3]));
+        let a4 = [0, 1, 2, 3].map(|r| _mm512_add_ps(a[r], a[r + 4]));
+        let score = _mm512_add_ps(_mm512_add_ps(a4[0], a4[1]), _mm512_add_ps(a4[2], a4[3]));
         let score = _mm512_add_ps(_mm512_mul_ps(score, _mm512_set1_ps(io.scale)), m);
         let valid = _mm512_cmp_ps_mask::<_CMP_NEQ_UQ>(score, neg_inf) & live;
         if valid == 0 {
@@ -141,29 +151,17 @@ pub(crate) unsafe fn attend_tile(
         let gt = _mm512_mask_cmp_ps_mask::<_CMP_GT_OQ>(valid, score, max);
         // ms = exp(max − s) where s is a new maximum, else 1; vs = 1 there, exp(s − max) on
         // the other valid lanes, 0 on the rest.
-        let (mut sc, mut mx) = ([0f32; LANES], [0f32; LANES]);
+        let arg = _mm512_mask_sub_ps(_mm512_sub_ps(score, max), gt, max, score);
+        // SAFETY: AVX-512F is enabled here.
+        let e = unsafe { vexp::exp16(arg) };
+        let one = _mm512_set1_ps(1.0);
+        let ms = _mm512_mask_mov_ps(one, gt, e);
+        let vs = _mm512_mask_mov_ps(_mm512_maskz_mov_ps(valid, e), gt, one);
         // SAFETY: 16 f32s each.
         unsafe {
-            _mm512_storeu_ps(sc.as_mut_ptr(), score);
-            _mm512_storeu_ps(mx.as_mut_ptr(), max);
+            _mm512_storeu_ps(ms_a.as_mut_ptr(), ms);
+            _mm512_storeu_ps(vs_a.as_mut_ptr(), vs);
         }
-        for l in 0..n {
-            let bit = 1u16 << l;
-            (ms_a[l], vs_a[l]) = if gt & bit != 0 {
-                ((mx[l] - sc[l]).exp(), 1.0)
-            } else if valid & bit != 0 {
-                (1.0, (sc[l] - mx[l]).exp())
-            } else {
-                (1.0, 0.0)
-            };
-        }
-        // SAFETY: 16 f32s each.
-        let (ms, vs) = unsafe {
-            (
-                _mm512_loadu_ps(ms_a.as_ptr()),
-                _mm512_loadu_ps(vs_a.as_ptr()),
-            )
-        };
         sum = _mm512_mask_add_ps(sum, valid, _mm512_mul_ps(sum, ms), vs);
         max = _mm512_mask_mov_ps(max, gt, score);
         // SAFETY: row (j, hk) of v is inside v (caller).
@@ -200,7 +198,7 @@ pub(crate) unsafe fn attend_tile(_: &TileIo, _: usize, _: &[(usize, usize)], _: 
 }
 
 #[inline]
-fn round16(x: f32) -> f32 {
+pub(super) fn round16(x: f32) -> f32 {
     use tinynn_core::quant::half;
     half::f16_to_f32(half::f32_to_f16(x))
 }
@@ -211,7 +209,7 @@ fn round16(x: f32) -> f32 {
 /// AVX-512F + F16C; `row` holds `out.len()` f16 values.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,f16c")]
-unsafe fn f16_row_to_f32(row: *const u8, out: &mut [f32]) {
+pub(super) unsafe fn f16_row_to_f32(row: *const u8, out: &mut [f32]) {
     let n = out.len();
     let mut c = 0;
     while c + 16 <= n {

@@ -1,0 +1,104 @@
+//! Activation rows to Q8_1 blocks for the packed matrix kernels, with AVX-512: the same
+//! arithmetic as `tinynn_core::quant::quantize_activations(Q8_1, ..)` (scale `amax / 127`,
+//! quants `round_ties_even(x · 127 / amax)`, `s = d · Σq`), so results are bit-identical.
+//! With `int_sum` the 16-bit slot holds the exact `Σq` as i16 instead (packed Q8_0).
+
+#[cfg(target_arch = "x86_64")]
+use std::arch::x86_64::*;
+
+use tinynn_core::quant::{self, half};
+use tinynn_format::GgmlType;
+
+/// Quantizes `x` (whole 32-value blocks) into `out` (36 bytes a block).
+pub fn q8_1_row(x: &[f32], out: &mut [u8], int_sum: bool) {
+    assert!(x.len().is_multiple_of(32) && out.len() == x.len() / 32 * 36);
+    #[cfg(target_arch = "x86_64")]
+    if super::vexp::available() {
+        // SAFETY: AVX-512F/BW checked; sizes asserted above.
+        unsafe { q8_1_avx512(x, out, int_sum) };
+        return;
+    }
+    quant::quantize_activations(GgmlType::Q8_1, x, out).expect("sizes asserted above");
+    if int_sum {
+        for blk in out.chunks_exact_mut(36) {
+            let sum: i32 = blk[4..].iter().map(|&q| i32::from(q as i8)).sum();
+            blk[2..4].copy_from_slice(&(sum as i16).to_le_bytes());
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bw")]
+unsafe fn q8_1_avx512(x: &[f32], out: &mut [u8], int_sum: bool) {
+    let sign = _mm512_set1_ps(-0.0);
+    for (xb, ob) in x.chunks_exact(32).zip(out.chunks_exact_mut(36)) {
+        // SAFETY: 32 f32s in xb, 36 bytes in ob.
+        unsafe {
+            let a = _mm512_loadu_ps(xb.as_ptr());
+            let b = _mm512_loadu_ps(xb.as_ptr().add(16));
+            let amax = _mm512_reduce_max_ps(_mm512_max_ps(
+                _mm512_andnot_ps(sign, a),
+                _mm512_andnot_ps(sign, b),
+            ));
+            let id = if amax != 0.0 { 127.0 / amax } else { 0.0 };
+            let d = amax / 127.0;
+            let idv = _mm512_set1_ps(id);
+            const R: i32 = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
+            let qa = _mm512_cvtps_epi32(_mm512_roundscale_ps::<R>(_mm512_mul_ps(a, idv)));
+            let qb = _mm512_cvtps_epi32(_mm512_roundscale_ps::<R>(_mm512_mul_ps(b, idv)));
+            let sum = _mm512_reduce_add_epi32(_mm512_add_epi32(qa, qb));
+            _mm_storeu_si128(
+                ob.as_mut_ptr().add(4) as *mut __m128i,
+                _mm512_cvtepi32_epi8(qa),
+            );
+            _mm_storeu_si128(
+                ob.as_mut_ptr().add(20) as *mut __m128i,
+                _mm512_cvtepi32_epi8(qb),
+            );
+            ob[0..2].copy_from_slice(&half::f32_to_f16(d).to_le_bytes());
+            let slot = if int_sum {
+                sum as i16 as u16
+            } else {
+                half::f32_to_f16(d * sum as f32)
+            };
+            ob[2..4].copy_from_slice(&slot.to_le_bytes());
+        }
+    }
+}
+
+/// `dst[i] = f16(src[i])` (round to nearest even, as `half::f32_to_f16`), F16C when present.
+///
+/// # Safety
+/// `src` holds `n` f32s and `dst` room for `n` f16s; they do not overlap.
+pub(crate) unsafe fn f32_to_f16_row(src: *const f32, dst: *mut u8, n: usize) {
+    let mut i = 0;
+    #[cfg(target_arch = "x86_64")]
+    if super::vexp::available() {
+        // SAFETY: AVX-512F checked; pointers from the caller.
+        i = unsafe { f32_to_f16_avx512(src, dst, n) };
+    }
+    for j in i..n {
+        // SAFETY: j < n.
+        unsafe {
+            let h = half::f32_to_f16(src.add(j).read_unaligned());
+            (dst.add(2 * j) as *mut u16).write_unaligned(h);
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,f16c")]
+unsafe fn f32_to_f16_avx512(src: *const f32, dst: *mut u8, n: usize) -> usize {
+    let mut i = 0;
+    while i + 16 <= n {
+        // SAFETY: 16 values at each pointer.
+        unsafe {
+            let h = _mm512_cvtps_ph::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(
+                _mm512_loadu_ps(src.add(i)),
+            );
+            _mm256_storeu_si256(dst.add(2 * i) as *mut __m256i, h);
+        }
+        i += 16;
+    }
+    i
+}
