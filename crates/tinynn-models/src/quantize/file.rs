@@ -113,13 +113,17 @@ pub fn plan(file: &GgufFile, opts: &Options) -> Result<Vec<TensorPlan>, Quantize
             choice,
         })
         .collect();
-    for t in plan.iter().filter(|t| t.converts()) {
-        if t.from.is_quantized() && !opts.allow_requantize {
-            return Err(QuantizeError::Requantize {
-                tensor: t.name.clone(),
-                ty: t.from,
-            });
-        }
+    let converted = || plan.iter().filter(|t| t.converts());
+    let mut requantized: Vec<GgmlType> = converted()
+        .map(|t| t.from)
+        .filter(|ty| ty.is_quantized())
+        .collect();
+    if !requantized.is_empty() && !opts.allow_requantize {
+        requantized.sort();
+        requantized.dedup();
+        return Err(QuantizeError::Requantize { types: requantized });
+    }
+    for t in converted() {
         if !has_quantizer(t.from) || !has_quantizer(t.choice.ty) {
             return Err(QuantizeError::Model(format!(
                 "tensor '{}': {} → {} is not supported",
@@ -196,7 +200,12 @@ pub fn quantize_file(
             report.fallbacks.push((t.name.clone(), f, t.choice.ty));
         }
     }
-    report.output_bytes = w.write_atomic(output)?;
+    report.output_bytes = w
+        .write_atomic(output)
+        .map_err(|cause| QuantizeError::Write {
+            path: output.to_path_buf(),
+            cause,
+        })?;
     Ok(report)
 }
 

@@ -31,10 +31,16 @@ pub enum QuantizeError {
     #[error("{0}")]
     Model(String),
     #[error(
-        "tensor '{tensor}' is already quantized ({ty}); requantizing adds a second quantization \
-         error to the first, so it needs --allow-requantize"
+        "the model is already quantized ({}); quantizing it again adds a second quantization \
+         error to the first (quality loss), so it needs --allow-requantize",
+        types.iter().map(|t| t.name()).collect::<Vec<_>>().join(", ")
     )]
-    Requantize { tensor: String, ty: GgmlType },
+    Requantize { types: Vec<GgmlType> },
+    #[error("cannot write {}: {cause}", path.display())]
+    Write {
+        path: std::path::PathBuf,
+        cause: tinynn_format::Error,
+    },
     #[error("tensor '{tensor}': {cause}")]
     Tensor { tensor: String, cause: String },
 }
