@@ -57,8 +57,7 @@ pub fn convert_rows(
             .collect();
         handles
             .into_iter()
-            .map(|h| h.join().expect("a conversion thread panicked"))
-            .collect::<Result<(), QuantError>>()
+            .try_for_each(|h| h.join().expect("a conversion thread panicked"))
     })?;
     Ok(dst)
 }
