@@ -65,10 +65,15 @@ fn fell(ty: GgmlType, wanted: GgmlType, row_len: u64) -> Choice {
 // use_more_bits(i, 30): i < 3, i >= 26, or (i - 3) % 3 == 2.
 const MORE_OF_30: [u64; 14] = [0, 1, 2, 5, 8, 11, 14, 17, 20, 23, 26, 27, 28, 29];
 
+// use_more_bits(i, 32): i < 4, i >= 28, or (i - 4) % 3 == 2.
+const MORE_OF_32: [u64; 16] = [0, 1, 2, 3, 6, 9, 12, 15, 18, 21, 24, 27, 28, 29, 30, 31];
+
 #[test]
 fn use_more_bits_picks_ends_and_every_third_layer() {
     let got: Vec<u64> = (0..30).filter(|&i| use_more_bits(i, 30)).collect();
     assert_eq!(got, MORE_OF_30);
+    let got: Vec<u64> = (0..32).filter(|&i| use_more_bits(i, 32)).collect();
+    assert_eq!(got, MORE_OF_32);
 }
 
 #[test]
@@ -133,10 +138,13 @@ fn untied_output_gets_q6_k_and_the_embedding_the_default() {
     let c = choose_types(&m, Target::Q4KM, &tensors);
     assert_eq!(of(&tensors, &c, "output.weight"), plain(Q6K));
     assert_eq!(of(&tensors, &c, "token_embd.weight"), plain(Q4K));
-    assert_eq!(of(&tensors, &c, "blk.4.attn_v.weight"), plain(Q4K));
-    assert_eq!(of(&tensors, &c, "blk.3.attn_v.weight"), plain(Q6K));
     // 11008 is 43 × 256: ffn_down keeps K types.
-    assert_eq!(of(&tensors, &c, "blk.31.ffn_down.weight"), plain(Q6K));
+    for i in 0..32 {
+        let want = plain(if MORE_OF_32.contains(&i) { Q6K } else { Q4K });
+        for s in ["attn_v", "ffn_down"] {
+            assert_eq!(of(&tensors, &c, &format!("blk.{i}.{s}.weight")), want);
+        }
+    }
     assert!(c.iter().all(|c| c.fallback.is_none()));
 
     // Q4_K_S: Q5_K for the first four attn_v and the first 32/8 = 4 ffn_down.
