@@ -7,6 +7,7 @@ mod inspect;
 mod model;
 mod perplexity;
 mod plan;
+mod quantize;
 mod run;
 
 use std::process::ExitCode;
@@ -36,6 +37,8 @@ enum Command {
     Perplexity(perplexity::PerplexityArgs),
     /// Prompt-processing and generation speed, as llama-bench measures them.
     Bench(bench::BenchArgs),
+    /// Convert a GGUF model to another type (F16, Q8_0, Q4_K_M, ...).
+    Quantize(quantize::QuantizeArgs),
     /// Show the memory plans (arena layout) of a model's decode and prefill passes.
     Plan(plan::PlanArgs),
 }
@@ -56,6 +59,7 @@ fn main() -> ExitCode {
         Command::Plan(args) => plan::run(&args),
         Command::Bench(args) => bench::run(&args),
         Command::Perplexity(args) => perplexity::run(&args),
+        Command::Quantize(args) => quantize::run(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

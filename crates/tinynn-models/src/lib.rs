@@ -10,6 +10,7 @@
 pub mod chat;
 pub mod llama;
 pub mod perplexity;
+pub mod quantize;
 pub mod sampling;
 pub mod session;
 pub mod stop;

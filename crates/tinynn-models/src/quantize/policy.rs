@@ -1,0 +1,235 @@
+//! Which type each tensor of a Llama-family model gets for a [`Target`]: our reading of the rules
+//! llama.cpp's quantizer applies (`llama_tensor_get_type`), restricted to the dense Llama-family
+//! architectures tinynn runs (llama, mistral, qwen2, qwen3; no MoE, no Falcon rules, no
+//! importance matrix).
+//!
+//! - Only 2-D (or higher) tensors whose names end in `weight` are converted, never norms; the
+//!   others keep their type.
+//! - F32 / F16 / BF16 targets convert every such tensor to that type, nothing else.
+//! - Quantized targets: `output.weight`, or `token_embd.weight` when the model has no output
+//!   tensor (tied embeddings), gets Q6_K (Q8_0 if the row length is not a whole number of the
+//!   target's blocks; Q8_0 stays Q8_0). Q4_K_M / Q5_K_M give Q6_K to the attn_v and ffn_down
+//!   tensors of the layers [`use_more_bits`] picks; Q4_K_S gives Q5_K to the first four attn_v
+//!   and the first eighth of the ffn_down tensors; 70B-class models get Q5_K for the remaining
+//!   Q4_K attn_v.
+//! - A K type (256-element blocks) on a row length that is not a multiple of 256 falls back:
+//!   Q4_K → Q5_0, Q5_K → Q5_1, Q6_K → Q8_0, Q2_K/Q3_K → Q4_0; a row that does not even fit
+//!   32-element blocks gets F16. Each fallback is reported.
+
+use tinynn_format::GgmlType;
+
+use super::target::Target;
+
+/// A tensor as the policy sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TensorDesc {
+    pub name: String,
+    /// ggml order: `dims[0]` is the row length.
+    pub dims: Vec<u64>,
+    pub ty: GgmlType,
+}
+
+/// What the policy needs to know about the model beyond its tensors.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ModelShape {
+    /// `general.architecture`.
+    pub arch: String,
+    /// `{arch}.block_count`.
+    pub n_layer: u64,
+    pub n_head: u64,
+    pub n_head_kv: u64,
+}
+
+impl ModelShape {
+    /// llama.cpp's `LLM_TYPE_70B` as its quantizer infers it: 80 layers with grouped KV heads
+    /// (llama), or 80 layers (qwen2).
+    fn is_70b(&self) -> bool {
+        match self.arch.as_str() {
+            "llama" => self.n_layer == 80 && self.n_head != self.n_head_kv,
+            "qwen2" => self.n_layer == 80,
+            _ => false,
+        }
+    }
+}
+
+/// A K type was asked for but the row length does not allow it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Fallback {
+    pub wanted: GgmlType,
+    pub row_len: u64,
+}
+
+/// The decision for one tensor.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Choice {
+    /// The output type (the source type when the tensor is not converted).
+    pub ty: GgmlType,
+    pub fallback: Option<Fallback>,
+}
+
+/// Broad tensor roles, from the name alone (as llama.cpp's `tensor_get_category`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Category {
+    Output,
+    TokenEmbd,
+    AttnV,
+    FfnDown,
+    Other,
+}
+
+fn category(name: &str) -> Category {
+    if name == "output.weight" {
+        Category::Output
+    } else if name == "token_embd.weight" {
+        Category::TokenEmbd
+    } else if ["attn_qkv.weight", "attn_kv_b.weight", "attn_v.weight"]
+        .iter()
+        .any(|p| name.contains(p))
+    {
+        // Fused QKV and MLA's kv_b carry the values, so they count as attn_v.
+        Category::AttnV
+    } else if name.contains("ffn_down") {
+        Category::FfnDown
+    } else {
+        Category::Other
+    }
+}
+
+/// True if the tensor is a weight matrix that a quantization converts.
+pub fn is_quantizable(name: &str, dims: &[u64]) -> bool {
+    // ggml's n_dims ignores trailing dimensions of 1.
+    let n_dims = dims.iter().rposition(|&d| d > 1).map_or(1, |i| i + 1);
+    const KEEP: [&str; 6] = [
+        "_norm.weight",
+        "ffn_gate_inp.weight",
+        "position_embd.weight",
+        "token_types.weight",
+        "ssm_conv1d",
+        "attn_rel_b.weight",
+    ];
+    n_dims >= 2 && name.ends_with("weight") && !KEEP.iter().any(|k| name.contains(k))
+}
+
+/// llama.cpp's choice of layers that get more bits: the first and last eighth, and every third
+/// layer in between.
+pub fn use_more_bits(i_layer: u64, n_layers: u64) -> bool {
+    i_layer < n_layers / 8 || i_layer >= 7 * n_layers / 8 || (i_layer - n_layers / 8) % 3 == 2
+}
+
+/// The layer number of a `blk.N.` name, for ordering.
+fn layer_of(name: &str) -> Option<u64> {
+    let rest = name.strip_prefix("blk.")?;
+    let end = rest.find('.')?;
+    rest[..end].parse().ok()
+}
+
+/// llama.cpp visits tensors sorted by layer (non-layer tensors first), then by name; its
+/// "i-th attn_v" counters follow that order.
+fn visit_order(tensors: &[TensorDesc]) -> Vec<usize> {
+    let mut order: Vec<usize> = (0..tensors.len()).collect();
+    order.sort_by(|&a, &b| {
+        let (ta, tb) = (&tensors[a], &tensors[b]);
+        (layer_of(&ta.name), &ta.name).cmp(&(layer_of(&tb.name), &tb.name))
+    });
+    order
+}
+
+/// Per-tensor types for `target`, in the order of `tensors`.
+pub fn choose_types(model: &ModelShape, target: Target, tensors: &[TensorDesc]) -> Vec<Choice> {
+    let default = target.default_type();
+    let tied = !tensors
+        .iter()
+        .any(|t| category(&t.name) == Category::Output);
+    let n_attn_v = tensors
+        .iter()
+        .filter(|t| category(&t.name) == Category::AttnV)
+        .count() as u64;
+    let mut i_attn_v = 0u64;
+    let mut i_ffn_down = 0u64;
+    let mut out = vec![
+        Choice {
+            ty: GgmlType::F32,
+            fallback: None,
+        };
+        tensors.len()
+    ];
+    for i in visit_order(tensors) {
+        let t = &tensors[i];
+        out[i] = if !is_quantizable(&t.name, &t.dims) {
+            Choice {
+                ty: t.ty,
+                fallback: None,
+            }
+        } else if !default.is_quantized() {
+            Choice {
+                ty: default,
+                fallback: None,
+            }
+        } else {
+            let row_len = t.dims[0];
+            let mut ty = default;
+            match category(&t.name) {
+                c @ (Category::Output | Category::TokenEmbd) if c == Category::Output || tied => {
+                    if !row_len.is_multiple_of(default.layout().block_elems) {
+                        ty = GgmlType::Q8_0;
+                    } else if default != GgmlType::Q8_0 {
+                        ty = GgmlType::Q6K;
+                    }
+                }
+                Category::AttnV => {
+                    let more = use_more_bits(i_attn_v, n_attn_v);
+                    match target {
+                        Target::Q4KM | Target::Q5KM if more => ty = GgmlType::Q6K,
+                        Target::Q4KS if i_attn_v < 4 => ty = GgmlType::Q5K,
+                        _ => {}
+                    }
+                    if model.is_70b() && ty == GgmlType::Q4K {
+                        ty = GgmlType::Q5K;
+                    }
+                    i_attn_v += 1;
+                }
+                Category::FfnDown => {
+                    let (i, n) = (i_ffn_down, model.n_layer);
+                    match target {
+                        Target::Q4KM | Target::Q5KM if use_more_bits(i, n) => ty = GgmlType::Q6K,
+                        Target::Q4KS if i < n / 8 => ty = GgmlType::Q5K,
+                        _ => {}
+                    }
+                    i_ffn_down += 1;
+                }
+                _ => {}
+            }
+            with_fallback(ty, row_len)
+        };
+    }
+    out
+}
+
+/// `ty` if rows of `row_len` fit its blocks, else the type llama.cpp falls back to.
+fn with_fallback(ty: GgmlType, row_len: u64) -> Choice {
+    let fits = |t: GgmlType| row_len.is_multiple_of(t.layout().block_elems);
+    if fits(ty) {
+        return Choice { ty, fallback: None };
+    }
+    let mut got = match ty {
+        GgmlType::Q2K | GgmlType::Q3K => GgmlType::Q4_0,
+        GgmlType::Q4K => GgmlType::Q5_0,
+        GgmlType::Q5K => GgmlType::Q5_1,
+        GgmlType::Q6K => GgmlType::Q8_0,
+        other => other,
+    };
+    if !fits(got) {
+        got = GgmlType::F16;
+    }
+    Choice {
+        ty: got,
+        fallback: Some(Fallback {
+            wanted: ty,
+            row_len,
+        }),
+    }
+}
+
+#[cfg(test)]
+#[path = "policy_tests.rs"]
+mod tests;

@@ -1,0 +1,149 @@
+//! What `tnn quantize` can produce: a whole-file target type (llama.cpp's `llama_ftype`).
+
+use std::fmt;
+
+use tinynn_format::GgmlType;
+
+/// A whole-file quantization target. Each names the tensor type most weights get and the
+/// `general.file_type` recorded in the output; the per-tensor exceptions are in [`super::policy`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Target {
+    F32,
+    F16,
+    Bf16,
+    Q8_0,
+    Q4_0,
+    Q4_1,
+    Q5_0,
+    Q5_1,
+    /// Mostly Q4_K (llama.cpp's Q4_K_S: a few attn_v / ffn_down tensors get Q5_K).
+    Q4KS,
+    /// Mostly Q5_K (llama.cpp's Q5_K_S).
+    Q5KS,
+    Q6K,
+    /// Q4_K with Q6_K for half of attn_v and ffn_down (llama.cpp's Q4_K_M).
+    Q4KM,
+    /// Q5_K with Q6_K for half of attn_v and ffn_down (llama.cpp's Q5_K_M).
+    Q5KM,
+}
+
+impl Target {
+    /// Every target, in the order `tnn quantize --help` lists them.
+    pub const ALL: [Target; 13] = [
+        Target::F32,
+        Target::F16,
+        Target::Bf16,
+        Target::Q8_0,
+        Target::Q4_0,
+        Target::Q4_1,
+        Target::Q5_0,
+        Target::Q5_1,
+        Target::Q4KS,
+        Target::Q5KS,
+        Target::Q6K,
+        Target::Q4KM,
+        Target::Q5KM,
+    ];
+
+    /// The name users type (`Q4_K` is accepted for `Q4_K_S` and `Q5_K` for `Q5_K_S`, see
+    /// [`Target::parse`]).
+    pub fn name(self) -> &'static str {
+        match self {
+            Target::F32 => "F32",
+            Target::F16 => "F16",
+            Target::Bf16 => "BF16",
+            Target::Q8_0 => "Q8_0",
+            Target::Q4_0 => "Q4_0",
+            Target::Q4_1 => "Q4_1",
+            Target::Q5_0 => "Q5_0",
+            Target::Q5_1 => "Q5_1",
+            Target::Q4KS => "Q4_K_S",
+            Target::Q5KS => "Q5_K_S",
+            Target::Q6K => "Q6_K",
+            Target::Q4KM => "Q4_K_M",
+            Target::Q5KM => "Q5_K_M",
+        }
+    }
+
+    /// Parses a target name, case-insensitively. The plain K names mean "mostly that type":
+    /// `Q4_K` is `Q4_K_S` and `Q5_K` is `Q5_K_S` (llama.cpp's `llama-quantize` instead reads them
+    /// as aliases of the `_M` mixes; here the mixes are asked for by their own names).
+    pub fn parse(name: &str) -> Option<Target> {
+        let upper = name.to_ascii_uppercase();
+        match upper.as_str() {
+            "Q4_K" => return Some(Target::Q4KS),
+            "Q5_K" => return Some(Target::Q5KS),
+            _ => {}
+        }
+        Target::ALL.into_iter().find(|t| t.name() == upper)
+    }
+
+    /// The valid names, for error messages.
+    pub fn names() -> String {
+        let mut v: Vec<&str> = Target::ALL.iter().map(|t| t.name()).collect();
+        v.extend(["Q4_K", "Q5_K"]);
+        v.join(", ")
+    }
+
+    /// llama.cpp's `llama_ftype` id, written as `general.file_type`.
+    pub fn file_type(self) -> u32 {
+        match self {
+            Target::F32 => 0,
+            Target::F16 => 1,
+            Target::Q4_0 => 2,
+            Target::Q4_1 => 3,
+            Target::Q8_0 => 7,
+            Target::Q5_0 => 8,
+            Target::Q5_1 => 9,
+            Target::Q4KS => 14,
+            Target::Q4KM => 15,
+            Target::Q5KS => 16,
+            Target::Q5KM => 17,
+            Target::Q6K => 18,
+            Target::Bf16 => 32,
+        }
+    }
+
+    /// The type a quantizable tensor gets unless a rule says otherwise.
+    pub fn default_type(self) -> GgmlType {
+        match self {
+            Target::F32 => GgmlType::F32,
+            Target::F16 => GgmlType::F16,
+            Target::Bf16 => GgmlType::Bf16,
+            Target::Q8_0 => GgmlType::Q8_0,
+            Target::Q4_0 => GgmlType::Q4_0,
+            Target::Q4_1 => GgmlType::Q4_1,
+            Target::Q5_0 => GgmlType::Q5_0,
+            Target::Q5_1 => GgmlType::Q5_1,
+            Target::Q4KS | Target::Q4KM => GgmlType::Q4K,
+            Target::Q5KS | Target::Q5KM => GgmlType::Q5K,
+            Target::Q6K => GgmlType::Q6K,
+        }
+    }
+}
+
+impl fmt::Display for Target {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tinynn_format::gguf::file_type_name;
+
+    #[test]
+    fn names_parse_back_and_file_types_agree_with_the_gguf_table() {
+        for t in Target::ALL {
+            assert_eq!(Target::parse(t.name()), Some(t));
+            assert_eq!(Target::parse(&t.name().to_lowercase()), Some(t));
+            // The file-type table names each target the way users spell it.
+            assert_eq!(file_type_name(u64::from(t.file_type())), Some(t.name()));
+        }
+        assert_eq!(Target::parse("q4_k"), Some(Target::Q4KS));
+        assert_eq!(Target::parse("Q5_K"), Some(Target::Q5KS));
+        assert_eq!(Target::parse("Q3_K_M"), None);
+        assert_eq!(Target::parse("Q8_1"), None);
+    }
+}
