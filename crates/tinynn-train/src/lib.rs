@@ -2,6 +2,7 @@
 //! (`tinynn_core::graph::Graph::backward`): model training graphs, optimizers and learning-rate
 //! schedules, data loading, checkpoints, and LoRA.
 
+pub mod data;
 pub mod ema;
 pub mod rng;
 pub mod schedule;
