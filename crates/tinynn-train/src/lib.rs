@@ -2,7 +2,10 @@
 //! (`tinynn_core::graph::Graph::backward`): model training graphs, optimizers and learning-rate
 //! schedules, data loading, checkpoints, and LoRA.
 
+pub mod checkpoint;
 pub mod data;
 pub mod ema;
 pub mod rng;
 pub mod schedule;
+
+mod atomic;
