@@ -109,15 +109,6 @@ pub enum CheckpointError {
     Invalid(String),
 }
 
-impl From<io::Error> for CheckpointError {
-    fn from(cause: io::Error) -> Self {
-        CheckpointError::Io {
-            path: PathBuf::new(),
-            cause,
-        }
-    }
-}
-
 fn io_err(path: &Path) -> impl Fn(io::Error) -> CheckpointError + '_ {
     move |cause| CheckpointError::Io {
         path: path.to_path_buf(),
