@@ -5,6 +5,8 @@
 //! one at a time from an empty cache. Each test runs once to warm up, then `-r` times; t/s is
 //! the mean over the repetitions ± their standard deviation.
 
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
@@ -44,6 +46,45 @@ pub struct BenchArgs {
     /// Also report the process's peak resident memory.
     #[arg(long)]
     pub mem: bool,
+    /// Keep N other threads spinning during the tests (a busy machine: how much speed
+    /// survives when the cores are shared).
+    #[arg(long, default_value_t = 0)]
+    pub busy: usize,
+}
+
+/// Threads that spin until dropped.
+struct Busy {
+    stop: Arc<AtomicBool>,
+    threads: Vec<std::thread::JoinHandle<()>>,
+}
+
+impl Busy {
+    fn start(n: usize) -> Busy {
+        let stop = Arc::new(AtomicBool::new(false));
+        let threads = (0..n)
+            .map(|_| {
+                let stop = Arc::clone(&stop);
+                std::thread::spawn(move || {
+                    let mut x = 0u64;
+                    while !stop.load(Ordering::Relaxed) {
+                        x = std::hint::black_box(
+                            x.wrapping_mul(6364136223846793005).wrapping_add(1),
+                        );
+                    }
+                })
+            })
+            .collect();
+        Busy { stop, threads }
+    }
+}
+
+impl Drop for Busy {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+    }
 }
 
 #[derive(Serialize)]
@@ -60,6 +101,9 @@ struct Row {
     samples_ts: Vec<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     peak_rss_bytes: Option<u64>,
+    /// Bytes of weights copied into the matrix kernels' packed layout.
+    repacked_bytes: u64,
+    kv_cache_bytes: u64,
 }
 
 /// Peak resident set size of this process (Linux `VmHWM`), in bytes.
@@ -118,6 +162,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
         .layout(session.plan().graph().outputs()[0])
         .ne[0];
     let mut rows = Vec::new();
+    let busy = Busy::start(args.busy);
     for (kind, n) in tests {
         let ids = tokens(n, vocab);
         let mut samples = Vec::with_capacity(args.reps);
@@ -143,21 +188,34 @@ pub fn run(args: &BenchArgs) -> Result<()> {
             params,
             backend: "CPU",
             threads,
-            test: format!("{kind}{n}"),
+            test: if args.busy > 0 {
+                format!("{kind}{n} busy{}", args.busy)
+            } else {
+                format!("{kind}{n}")
+            },
             n_tokens: n,
             avg_ts: avg,
             stddev_ts: sd,
             samples_ts: samples,
             peak_rss_bytes: None,
+            repacked_bytes: 0,
+            kv_cache_bytes: 0,
         });
     }
+    drop(busy);
     let rss = if args.mem { peak_rss() } else { None };
+    let (repacked, kv) = (
+        session.packed_bytes() as u64,
+        session.kv_cache_bytes() as u64,
+    );
     for r in rows.iter_mut() {
         r.peak_rss_bytes = rss;
+        r.repacked_bytes = repacked;
+        r.kv_cache_bytes = kv;
     }
     let out = match args.output.as_str() {
         "json" => serde_json::to_string_pretty(&rows)? + "\n",
-        "md" => markdown(&rows, rss),
+        "md" => markdown(&rows, rss.map(|r| (r, repacked, kv))),
         other => bail!("unknown output format '{other}' (md or json)"),
     };
     crate::print(&out)
@@ -207,7 +265,8 @@ fn describe(model: &Model) -> Result<(u64, u64, String)> {
     Ok((params, bytes, format!("{arch} {label} {ftype}")))
 }
 
-fn markdown(rows: &[Row], rss: Option<u64>) -> String {
+/// The table, then (with `--mem`) peak RSS, repacked weight copies and KV cache.
+fn markdown(rows: &[Row], mem: Option<(u64, u64, u64)>) -> String {
     let mut s = String::from("| model | size | params | backend | threads | test | t/s |\n| --- | ---: | ---: | --- | ---: | ---: | ---: |\n");
     for r in rows {
         s.push_str(&format!(
@@ -222,10 +281,13 @@ fn markdown(rows: &[Row], rss: Option<u64>) -> String {
             r.stddev_ts
         ));
     }
-    if let Some(b) = rss {
+    if let Some((rss, repacked, kv)) = mem {
+        let mib = |b: u64| b as f64 / (1024.0 * 1024.0);
         s.push_str(&format!(
-            "\npeak RSS: {:.1} MiB\n",
-            b as f64 / (1024.0 * 1024.0)
+            "\npeak RSS: {:.1} MiB (repacked weights {:.1} MiB, KV cache {:.1} MiB)\n",
+            mib(rss),
+            mib(repacked),
+            mib(kv)
         ));
     }
     s

@@ -50,6 +50,7 @@ impl ModelArgs {
             strict: self.strict,
             trace: false,
             repack: !self.no_repack,
+            adaptive_threads: true,
         }
     }
 }

@@ -54,6 +54,7 @@ pub fn run(args: &PerplexityArgs) -> Result<()> {
         strict: args.strict,
         trace: false,
         repack: !args.no_repack,
+        adaptive_threads: true,
     };
     let mut session = Session::with_all_logits(model.source(), args.ctx, opts, true)
         .with_context(|| format!("loading {}", path.display()))?;

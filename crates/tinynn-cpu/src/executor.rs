@@ -10,7 +10,7 @@ use tinynn_format::GgmlType;
 
 use crate::kernels::{self, RawTensor, RunErrors, StepArgs, ERR_INDEX, MAX_SRC};
 use crate::memory::{AlignedBuf, Memory, MemoryError};
-use crate::pool::ThreadPool;
+use crate::pool::{RunStats, ThreadPool};
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ExecError {
@@ -36,6 +36,12 @@ pub struct ExecOptions {
     /// Time every step on every thread, for [`Executor::chrome_trace`]. Off, it costs one
     /// branch per step.
     pub trace: bool,
+    /// Watch for threads that do not get a core (another process busy on it): when a run's
+    /// threads spend more than a quarter of it asleep waiting for each other, the next runs use
+    /// one thread, and all of them are tried again later (after 8 runs, doubling while the
+    /// machine stays busy, up to 512). Results do not depend on the thread count for inference
+    /// kernels; training keeps this off for bit-exact resumes.
+    pub adaptive_threads: bool,
     /// Let model loaders repack weights into the matrix kernels' interleaved layout (see
     /// `tinynn_cpu::packed`); off, products read the file's bytes. Strict mode never uses it.
     pub repack: bool,
@@ -48,6 +54,7 @@ impl Default for ExecOptions {
             strict: false,
             trace: false,
             repack: true,
+            adaptive_threads: false,
         }
     }
 }
@@ -61,10 +68,54 @@ pub struct Executor {
     strict: bool,
     /// Per step and thread: start and end in ns since the run began (when tracing).
     spans: Option<Vec<AtomicU64>>,
+    threads: ThreadChoice,
+}
+
+/// The thread count of the next run (see `ExecOptions::adaptive_threads`).
+#[derive(Clone, Copy)]
+struct ThreadChoice {
+    adaptive: bool,
+    /// Threads of the next run.
+    active: usize,
+    /// Runs left on one thread before trying all again.
+    cooldown: u32,
+    /// The next cooldown if the machine is still busy.
+    backoff: u32,
+    /// Threads of the last run (for traces).
+    last: usize,
+}
+
+impl ThreadChoice {
+    const FIRST_BACKOFF: u32 = 8;
+    const MAX_BACKOFF: u32 = 512;
+
+    fn after(&mut self, stats: RunStats, all: usize) {
+        self.last = stats.threads;
+        if !self.adaptive || all == 1 {
+            return;
+        }
+        if stats.threads > 1 {
+            let budget = stats.wall * stats.threads as u32 / 4;
+            if stats.slept > budget {
+                self.active = 1;
+                self.cooldown = self.backoff;
+                self.backoff = (self.backoff * 2).min(Self::MAX_BACKOFF);
+            } else {
+                self.backoff = Self::FIRST_BACKOFF;
+            }
+        } else if self.cooldown > 0 {
+            self.cooldown -= 1;
+            if self.cooldown == 0 {
+                self.active = all;
+            }
+        }
+    }
 }
 
 struct Job<'a> {
     plan: &'a Plan,
+    /// Stride of the trace slots (the pool's thread count).
+    span_threads: usize,
     bases: &'a [usize],
     n_weights: usize,
     packed: &'a [Option<std::sync::Arc<crate::packed::PackedWeight>>],
@@ -124,7 +175,7 @@ impl Job<'_> {
             };
             kernels::compute(&args, ctx);
             if let (Some((spans, t0)), Some(start)) = (self.trace, started) {
-                let slot = 2 * (i * ctx.nth + ctx.ith);
+                let slot = 2 * (i * self.span_threads + ctx.ith);
                 spans[slot].store(start, Ordering::Relaxed);
                 spans[slot + 1].store(t0.elapsed().as_nanos() as u64, Ordering::Relaxed);
             }
@@ -159,6 +210,13 @@ impl Executor {
             errors: RunErrors::default(),
             strict: opts.strict,
             spans,
+            threads: ThreadChoice {
+                adaptive: opts.adaptive_threads,
+                active: threads,
+                cooldown: 0,
+                backoff: ThreadChoice::FIRST_BACKOFF,
+                last: threads,
+            },
         }
     }
 
@@ -196,8 +254,12 @@ impl Executor {
                 .iter_mut()
                 .map(|p| p.as_bytes_mut().as_mut_ptr() as usize),
         );
+        if let Some(spans) = &self.spans {
+            spans.iter().for_each(|s| s.store(0, Ordering::Relaxed));
+        }
         let job = Job {
             plan,
+            span_threads: self.pool.n_threads(),
             bases: &self.bases,
             n_weights: mem.weights.len(),
             packed: &mem.packed,
@@ -205,7 +267,8 @@ impl Executor {
             strict: self.strict,
             trace: self.spans.as_deref().map(|s| (s, Instant::now())),
         };
-        self.pool.run(&|ctx| job.run(ctx));
+        let stats = self.pool.run_on(self.threads.active, &|ctx| job.run(ctx));
+        self.threads.after(stats, self.pool.n_threads());
         match self.errors.take() {
             None => Ok(()),
             Some((ERR_INDEX, v)) => Err(ExecError::IndexOutOfRange(v as i32)),
@@ -222,7 +285,7 @@ impl Executor {
         let mut events = Vec::new();
         for (i, step) in plan.steps().iter().enumerate() {
             let node = plan.graph().node(step.node);
-            for t in 0..threads {
+            for t in 0..self.threads.last {
                 let slot = 2 * (i * threads + t);
                 let (start, end) = (
                     spans[slot].load(Ordering::Relaxed),
@@ -320,4 +383,65 @@ fn json_escape(s: &str) -> String {
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    fn stats(threads: usize, wall_ms: u64, slept_ms: u64) -> RunStats {
+        RunStats {
+            wall: Duration::from_millis(wall_ms),
+            slept: Duration::from_millis(slept_ms),
+            threads,
+        }
+    }
+
+    #[test]
+    fn busy_runs_fall_back_to_one_thread_and_retry_with_backoff() {
+        let mut c = ThreadChoice {
+            adaptive: true,
+            active: 2,
+            cooldown: 0,
+            backoff: ThreadChoice::FIRST_BACKOFF,
+            last: 2,
+        };
+        // Quiet runs keep both threads.
+        c.after(stats(2, 10, 1), 2);
+        assert_eq!(c.active, 2);
+        // A run whose threads slept through most of it: one thread for 8 runs.
+        c.after(stats(2, 10, 15), 2);
+        assert_eq!(c.active, 1);
+        for _ in 0..7 {
+            c.after(stats(1, 5, 0), 2);
+            assert_eq!(c.active, 1);
+        }
+        c.after(stats(1, 5, 0), 2);
+        assert_eq!(c.active, 2);
+        // Still busy: twice as long on one thread.
+        c.after(stats(2, 10, 15), 2);
+        assert_eq!((c.active, c.cooldown), (1, 16));
+        for _ in 0..16 {
+            c.after(stats(1, 5, 0), 2);
+        }
+        assert_eq!(c.active, 2);
+        // Quiet again: the backoff resets.
+        c.after(stats(2, 10, 0), 2);
+        assert_eq!((c.active, c.backoff), (2, ThreadChoice::FIRST_BACKOFF));
+        // Never more than 512 runs.
+        for _ in 0..20 {
+            c.after(stats(2, 10, 15), 2);
+            c.active = 2;
+        }
+        assert_eq!(c.backoff, ThreadChoice::MAX_BACKOFF);
+        // Off: nothing changes.
+        let mut off = ThreadChoice {
+            adaptive: false,
+            ..c
+        };
+        off.active = 2;
+        off.after(stats(2, 10, 15), 2);
+        assert_eq!(off.active, 2);
+    }
 }

@@ -18,8 +18,7 @@ fn strict() -> ExecOptions {
     ExecOptions {
         threads: 2,
         strict: true,
-        trace: false,
-        repack: true,
+        ..ExecOptions::default()
     }
 }
 
@@ -117,7 +116,7 @@ fn trace_has_one_event_per_step_and_thread() {
         threads: 2,
         strict: false,
         trace: true,
-        repack: true,
+        ..ExecOptions::default()
     };
     let mut exec = Executor::with_options(&plan, opts);
     exec.run(&plan, &mut mem).unwrap();

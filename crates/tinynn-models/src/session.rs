@@ -146,9 +146,15 @@ impl<'m> Session<'m> {
                 continue;
             };
             let layout = plan.graph().layout(*t);
-            let p = packs
-                .entry(name.clone())
-                .or_insert_with(|| packed::pack(layout.dtype, layout.ne, w.data).map(Arc::new));
+            let p = packs.entry(name.clone()).or_insert_with(|| {
+                let p = packed::pack(layout.dtype, layout.ne, w.data).map(Arc::new);
+                // The packed copy serves the products; the file's pages can go (an embedding
+                // lookup of the same tensor reads its rows back on demand).
+                if p.is_some() {
+                    src.release(w.data);
+                }
+                p
+            });
             if let Some(p) = p {
                 mem.bind_packed(&plan, *t, p.clone())?;
             }
@@ -198,6 +204,15 @@ impl<'m> Session<'m> {
         )?;
         self.passes.push(pass);
         Ok(self.passes.len() - 1)
+    }
+
+    /// Bytes of the KV cache.
+    pub fn kv_cache_bytes(&self) -> usize {
+        let p = &self.passes[0];
+        p.io.caches
+            .iter()
+            .map(|&t| p.plan.graph().layout(t).contiguous_bytes())
+            .sum()
     }
 
     /// Bytes of the packed weight copies (0 when repacking is off or nothing was packable).

@@ -77,6 +77,15 @@ impl<'a> WeightSource<'a> {
     }
 
     /// True for weights laid out as transformers stores them (q/k not permuted for RoPE).
+    /// Releases the resident pages of a weight's bytes (after they were copied into a packed
+    /// layout); they stay readable. Only GGUF files are released.
+    pub fn release(&self, data: &[u8]) -> bool {
+        match self {
+            WeightSource::Gguf(f) => f.release(data),
+            WeightSource::Hf(_) => false,
+        }
+    }
+
     pub fn is_hf(&self) -> bool {
         matches!(self, WeightSource::Hf(_))
     }

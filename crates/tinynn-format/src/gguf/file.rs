@@ -64,6 +64,12 @@ impl GgufFile {
         self.map.bytes()
     }
 
+    /// Drops the resident pages of `part` (a slice of this file, e.g. a tensor's data that was
+    /// repacked) from the process's memory; see [`MappedFile::release`].
+    pub fn release(&self, part: &[u8]) -> bool {
+        self.map.release(part)
+    }
+
     fn view<'a>(&'a self, info: &'a TensorInfo) -> TensorView<'a> {
         // Parsing checked that every tensor lies inside the data section of these very bytes.
         let data = self
