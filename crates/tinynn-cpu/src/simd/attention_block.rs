@@ -35,7 +35,7 @@ pub(crate) unsafe fn attend_blocked(
     let n = lanes.len();
     debug_assert!((1..=LANES).contains(&n) && d <= MAX_D && dv <= MAX_D);
     let live: __mmask16 = if n == LANES { 0xFFFF } else { (1u16 << n) - 1 };
-    s.q_t[..d * LANES].fill(0.0);
+    // Lanes past `n` keep whatever they hold: `live`/`upd` mask them everywhere.
     for (l, &(i, h)) in lanes.iter().enumerate() {
         for c in 0..d {
             // SAFETY: (c, i, h) is inside q (caller).

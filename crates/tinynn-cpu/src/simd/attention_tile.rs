@@ -83,8 +83,8 @@ pub(crate) unsafe fn attend_tile(
     let n = lanes.len();
     debug_assert!((1..=LANES).contains(&n) && d <= MAX_D && dv <= MAX_D);
     let live: __mmask16 = if n == LANES { 0xFFFF } else { (1u16 << n) - 1 };
-    // Queries transposed and rounded to f16: q_t[c·16 + l].
-    s.q_t[..d * LANES].fill(0.0);
+    // Queries transposed and rounded to f16: q_t[c·16 + l]. Lanes past `n` keep whatever
+    // they hold: their scores are never used (`live` masks them everywhere).
     for (l, &(i, h)) in lanes.iter().enumerate() {
         for c in 0..d {
             // SAFETY: (c, i, h) is inside q (caller).
