@@ -2,6 +2,11 @@
 //! (`tinynn_core::graph::Graph::backward`): model training graphs, optimizers and learning-rate
 //! schedules, data loading, checkpoints, and LoRA.
 //!
+//! Full fine-tuning of a Llama-family model: [`Trainer`] (`trainer.rs`) over the training
+//! forward pass (`model.rs`), the parameters and their initial values (`params.rs`,
+//! `source.rs`), the optimizers (`optim.rs`), the compiled passes (`passes.rs`) and the GGUF
+//! export (`export.rs`).
+//!
 //! - [`schedule`]: learning-rate schedules; [`ema`]: weight averages; [`rng`]: a serializable RNG.
 //! - [`data`]: packed text, JSONL chat (loss on assistant tokens), streamed `.bin` tokens, and
 //!   the resumable [`data::Batcher`].
@@ -11,9 +16,23 @@
 pub mod checkpoint;
 pub mod data;
 pub mod ema;
+pub mod error;
+pub mod export;
 pub mod metrics;
+pub mod model;
+pub mod optim;
+pub mod params;
+mod passes;
 pub mod plot;
 pub mod rng;
 pub mod schedule;
+pub mod source;
+pub mod trainer;
 
 mod atomic;
+
+pub use error::{Result, TrainError};
+pub use optim::Optimizer;
+pub use params::NamedTensor;
+pub use source::TrainSource;
+pub use trainer::{OptimizerState, StepReport, TrainConfig, Trainer};

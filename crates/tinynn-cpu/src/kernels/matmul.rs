@@ -172,7 +172,12 @@ pub(crate) fn out_prod(a: &StepArgs<'_>, ctx: &Ctx<'_>) {
     let [m, p, c2, c3] = dst.layout.ne;
     let n = x.layout.ne[1];
     let (r2, r3) = (c2 / x.layout.ne[2], c3 / x.layout.ne[3]);
-    for r in split(p * c2 * c3, ctx.ith, ctx.nth) {
+    let rows = split(p * c2 * c3, ctx.ith, ctx.nth);
+    if !a.strict && x.layout.rows_contiguous() && dst.layout.rows_contiguous() {
+        out_prod_rows(a, rows, m, n, (r2, r3));
+        return;
+    }
+    for r in rows {
         let (j, i2, i3) = row_index(&dst.layout, r);
         for i in 0..m {
             let (mut acc32, mut acc64) = (0f32, 0f64);
@@ -190,5 +195,47 @@ pub(crate) fn out_prod(a: &StepArgs<'_>, ctx: &Ctx<'_>) {
             // SAFETY: row (j, i2, i3) of dst is this thread's.
             unsafe { dst.set_float([i, j, i2, i3], v) };
         }
+    }
+}
+
+/// [`out_prod`] over contiguous rows, f32 sums: each destination row is accumulated as
+/// `Σ_k b[j, k] · a[:, k]` (a row of `a` at a time, four destination rows per pass over `a`).
+/// Every element still adds its products in order k = 0, 1, …, so the result equals the
+/// element-by-element loop exactly.
+fn out_prod_rows(
+    a: &StepArgs<'_>,
+    rows: std::ops::Range<usize>,
+    m: usize,
+    n: usize,
+    (r2, r3): (usize, usize),
+) {
+    const GROUP: usize = 4;
+    let (x, y, dst) = (a.src(0), a.src(1), a.dst);
+    let mut r = rows.start;
+    while r < rows.end {
+        let (j0, i2, i3) = row_index(&dst.layout, r);
+        // Rows of one (i2, i3) batch, at most GROUP of them.
+        let g = GROUP.min(rows.end - r).min(dst.layout.ne[1] - j0);
+        let outs: [*mut f32; GROUP] =
+            std::array::from_fn(|q| dst.row_f32_ptr(j0 + q.min(g - 1), i2, i3));
+        for &o in &outs[..g] {
+            // SAFETY: destination rows j0..j0+g of (i2, i3) are this thread's, m values each.
+            unsafe { std::slice::from_raw_parts_mut(o, m) }.fill(0.0);
+        }
+        for k in 0..n {
+            // SAFETY: row k of a's batch (i2/r2, i3/r3) exists with contiguous F32 values.
+            let xr = unsafe { x.row_f32(k, i2 / r2, i3 / r3) };
+            // SAFETY: (j0 + q, k, i2, i3) is inside b for q < g.
+            let v: [f32; GROUP] =
+                std::array::from_fn(|q| unsafe { y.f32_at([j0 + q.min(g - 1), k, i2, i3]) });
+            for (q, &o) in outs[..g].iter().enumerate() {
+                // SAFETY: as above; dst never overlaps a or b (an out_prod is not computed in place).
+                let out = unsafe { std::slice::from_raw_parts_mut(o, m) };
+                for (d, &u) in out.iter_mut().zip(xr) {
+                    *d += u * v[q];
+                }
+            }
+        }
+        r += g;
     }
 }

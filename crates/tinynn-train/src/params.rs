@@ -1,0 +1,220 @@
+//! The trainable parameters of a Llama-family model: which tensors exist (GGUF names, ggml
+//! dims), and their initial f32 values — loaded from a GGUF file (quantized tensors
+//! dequantized) or an HF directory (f32/f16/bf16 safetensors), or drawn at random.
+//!
+//! Random init follows transformers' `LlamaPreTrainedModel._init_weights`: every matrix (the
+//! embedding included) ~ normal(0, 0.02), biases 0, RMSNorm weights 1.
+
+use tinynn_core::quant::dequantize_row;
+use tinynn_format::model_config::{Architecture, ModelConfig};
+use tinynn_models::llama::LlamaHparams;
+use tinynn_models::weights::WeightSource;
+
+use crate::error::{Result, TrainError};
+
+/// A named f32 tensor (a parameter, a gradient or an optimizer moment), dims in ggml order.
+#[derive(Clone, Debug, PartialEq)]
+pub struct NamedTensor {
+    pub name: String,
+    pub dims: Vec<usize>,
+    pub data: Vec<f32>,
+}
+
+/// How a parameter starts in a random init.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Init {
+    /// normal(0, 0.02): matrices and the embedding.
+    Normal,
+    Zeros,
+    Ones,
+}
+
+/// One trainable tensor.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ParamSpec {
+    pub name: String,
+    pub dims: Vec<usize>,
+    pub init: Init,
+}
+
+/// The optional tensors of the family.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Features {
+    /// Qwen2: q/k/v biases.
+    pub qkv_bias: bool,
+    /// Qwen3: per-head q/k RMSNorm weights.
+    pub qk_norm: bool,
+    /// A separate `output.weight` (false: the head is tied to `token_embd.weight`).
+    pub untied_output: bool,
+}
+
+impl Features {
+    pub fn from_config(c: &ModelConfig) -> Features {
+        Features {
+            qkv_bias: c.architecture == Architecture::Qwen2,
+            qk_norm: c.architecture == Architecture::Qwen3,
+            untied_output: !c.tie_word_embeddings.unwrap_or(false),
+        }
+    }
+
+    pub fn from_source(src: &WeightSource<'_>) -> Result<Features> {
+        Ok(Features {
+            qkv_bias: src.get("blk.0.attn_q.bias")?.is_some(),
+            qk_norm: src.get("blk.0.attn_q_norm.weight")?.is_some(),
+            untied_output: src.get("output.weight")?.is_some(),
+        })
+    }
+}
+
+/// Every parameter, in the order the forward pass reads them.
+pub fn param_specs(hp: &LlamaHparams, f: Features) -> Vec<ParamSpec> {
+    let (e, hd, v, ff) = (hp.n_embd, hp.head_dim, hp.n_vocab, hp.n_ff);
+    let (q, kv) = (hp.n_head * hd, hp.n_head_kv * hd);
+    let mut out = Vec::new();
+    let mut push = |name: String, dims: Vec<usize>, init| out.push(ParamSpec { name, dims, init });
+    push("token_embd.weight".into(), vec![e, v], Init::Normal);
+    for l in 0..hp.n_layer {
+        let n = |s: &str| format!("blk.{l}.{s}");
+        push(n("attn_norm.weight"), vec![e], Init::Ones);
+        for (name, rows) in [("attn_q", q), ("attn_k", kv), ("attn_v", kv)] {
+            push(n(&format!("{name}.weight")), vec![e, rows], Init::Normal);
+            if f.qkv_bias {
+                push(n(&format!("{name}.bias")), vec![rows], Init::Zeros);
+            }
+        }
+        if f.qk_norm {
+            push(n("attn_q_norm.weight"), vec![hd], Init::Ones);
+            push(n("attn_k_norm.weight"), vec![hd], Init::Ones);
+        }
+        push(n("attn_output.weight"), vec![q, e], Init::Normal);
+        push(n("ffn_norm.weight"), vec![e], Init::Ones);
+        push(n("ffn_gate.weight"), vec![e, ff], Init::Normal);
+        push(n("ffn_up.weight"), vec![e, ff], Init::Normal);
+        push(n("ffn_down.weight"), vec![ff, e], Init::Normal);
+    }
+    push("output_norm.weight".into(), vec![e], Init::Ones);
+    if f.untied_output {
+        push("output.weight".into(), vec![e, v], Init::Normal);
+    }
+    out
+}
+
+/// The f32 values of tensor `name` of `src` (dequantized), which must have `dims`; `None` when
+/// the source lacks it.
+pub fn load_tensor(
+    src: &WeightSource<'_>,
+    name: &str,
+    dims: &[usize],
+) -> Result<Option<NamedTensor>> {
+    let Some(w) = src.get(name)? else {
+        return Ok(None);
+    };
+    let want: Vec<u64> = dims.iter().map(|&d| d as u64).collect();
+    if w.dims != want {
+        return Err(TrainError::Param {
+            name: name.into(),
+            message: format!(
+                "the source has dims {:?}, the config implies {want:?}",
+                w.dims
+            ),
+        });
+    }
+    let mut data = vec![0f32; dims.iter().product()];
+    // Rows are whole blocks, so the tensor dequantizes as one long row.
+    dequantize_row(w.dtype, w.data, &mut data).map_err(|e| TrainError::Dequantize {
+        name: name.into(),
+        message: e.to_string(),
+    })?;
+    Ok(Some(NamedTensor {
+        name: name.into(),
+        dims: dims.to_vec(),
+        data,
+    }))
+}
+
+/// Every parameter of `specs` from `src`, as f32 master copies.
+pub fn load_params(src: &WeightSource<'_>, specs: &[ParamSpec]) -> Result<Vec<NamedTensor>> {
+    specs
+        .iter()
+        .map(|s| {
+            load_tensor(src, &s.name, &s.dims)?.ok_or_else(|| TrainError::Param {
+                name: s.name.clone(),
+                message: "missing from the source".into(),
+            })
+        })
+        .collect()
+}
+
+/// Seeded random values for `specs` (see the module doc). The same seed gives the same values.
+pub fn random_params(specs: &[ParamSpec], seed: u64) -> Vec<NamedTensor> {
+    let mut rng = Normal::new(seed);
+    specs
+        .iter()
+        .map(|s| {
+            let n: usize = s.dims.iter().product();
+            let data = match s.init {
+                Init::Normal => (0..n).map(|_| 0.02 * rng.next()).collect(),
+                Init::Zeros => vec![0.0; n],
+                Init::Ones => vec![1.0; n],
+            };
+            NamedTensor {
+                name: s.name.clone(),
+                dims: s.dims.clone(),
+                data,
+            }
+        })
+        .collect()
+}
+
+/// Standard normal draws: splitmix64 uniforms through Box–Muller.
+struct Normal {
+    state: u64,
+    spare: Option<f32>,
+}
+
+impl Normal {
+    fn new(seed: u64) -> Normal {
+        Normal {
+            state: seed,
+            spare: None,
+        }
+    }
+
+    fn uniform(&mut self) -> f64 {
+        self.state = self.state.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.state;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^= z >> 31;
+        // 53 random bits in (0, 1].
+        ((z >> 11) + 1) as f64 / (1u64 << 53) as f64
+    }
+
+    fn next(&mut self) -> f32 {
+        if let Some(s) = self.spare.take() {
+            return s;
+        }
+        let (u1, u2) = (self.uniform(), self.uniform());
+        let r = (-2.0 * u1.ln()).sqrt();
+        let a = 2.0 * std::f64::consts::PI * u2;
+        self.spare = Some((r * a.sin()) as f32);
+        (r * a.cos()) as f32
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Normal;
+
+    #[test]
+    fn normal_draws_have_unit_variance() {
+        let mut rng = Normal::new(7);
+        let xs: Vec<f64> = (0..20000).map(|_| f64::from(rng.next())).collect();
+        let mean = xs.iter().sum::<f64>() / xs.len() as f64;
+        let var = xs.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / xs.len() as f64;
+        assert!(
+            mean.abs() < 0.03 && (var - 1.0).abs() < 0.05,
+            "{mean} {var}"
+        );
+    }
+}

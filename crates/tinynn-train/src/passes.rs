@@ -1,0 +1,200 @@
+//! The three compiled plans a trainer runs on one executor:
+//!
+//! - **grad**: forward + loss + backward; each parameter's gradient (scaled by 1/accum) is added
+//!   into its persistent `grad.<name>` buffer, and the squared global norm of the buffers is an
+//!   output. Run once per micro-batch.
+//! - **update**: `grad · clip` (clip factor from the host), then the optimizer's in-place update.
+//!   Run once per optimizer step, only when the loss and gradient norm are finite.
+//! - **eval**: forward + loss only.
+//!
+//! Parameters and gradient buffers live in the grad pass's memory and are lent (moved, never
+//! copied) to the other passes' memories for their runs (`Memory::swap_persistent`).
+
+use tinynn_core::graph::Graph;
+use tinynn_core::ops::Unary;
+use tinynn_core::plan::Plan;
+use tinynn_core::tensor::TensorId;
+use tinynn_cpu::Memory;
+use tinynn_format::GgmlType;
+use tinynn_models::llama::LlamaHparams;
+
+use crate::error::Result;
+use crate::model::{build_forward, causal_mask, positions, BatchShape, ParamTable, TrainForward};
+use crate::optim::Optimizer;
+use crate::params::ParamSpec;
+
+const F32: GgmlType = GgmlType::F32;
+
+pub(crate) struct GradPass {
+    pub plan: Plan,
+    pub mem: Memory<'static>,
+    pub fwd: TrainForward,
+    pub params: Vec<TensorId>,
+    /// Persistent gradient buffers, one per parameter.
+    pub buffers: Vec<TensorId>,
+    /// F32 `[1]`: Σ over every buffer of its squared elements (after this run's addition).
+    pub grad_sq: TensorId,
+}
+
+pub(crate) struct UpdatePass {
+    pub plan: Plan,
+    pub mem: Memory<'static>,
+    pub params: Vec<TensorId>,
+    pub buffers: Vec<TensorId>,
+    /// Per parameter, its optimizer state tensors (`Optimizer::state_prefixes` order).
+    pub state: Vec<Vec<TensorId>>,
+    /// F32 `[1]`: the factor gradients are multiplied by (clipping).
+    pub clip: TensorId,
+    /// F32 `[Optimizer::n_hyperparams]`.
+    pub hp: TensorId,
+}
+
+pub(crate) struct EvalPass {
+    pub plan: Plan,
+    pub mem: Memory<'static>,
+    pub fwd: TrainForward,
+    pub params: Vec<TensorId>,
+}
+
+fn names(specs: &[ParamSpec]) -> Vec<String> {
+    specs.iter().map(|s| s.name.clone()).collect()
+}
+
+fn param_leaves(g: &mut Graph, specs: &[ParamSpec]) -> Result<Vec<TensorId>> {
+    specs
+        .iter()
+        .map(|s| Ok(g.persistent(&s.name, F32, &s.dims)?))
+        .collect()
+}
+
+/// Writes the constant inputs of a forward pass (positions, mask, RoPE divisors).
+fn write_constants(
+    plan: &Plan,
+    mem: &mut Memory<'_>,
+    fwd: &TrainForward,
+    hp: &LlamaHparams,
+    shape: BatchShape,
+) -> Result<()> {
+    mem.write_i32(plan, fwd.pos, &positions(shape))?;
+    mem.write_f32(plan, fwd.mask, &causal_mask(shape.seq))?;
+    if let (Some(t), Some(f)) = (fwd.freqs, &hp.freq_factors) {
+        mem.write_f32(plan, t, f)?;
+    }
+    Ok(())
+}
+
+pub(crate) fn grad_pass(
+    hp: &LlamaHparams,
+    specs: &[ParamSpec],
+    shape: BatchShape,
+    accum: usize,
+) -> Result<GradPass> {
+    let mut g = Graph::new();
+    let params = param_leaves(&mut g, specs)?;
+    let names = names(specs);
+    let table = ParamTable {
+        names: &names,
+        ids: &params,
+    };
+    let fwd = build_forward(&mut g, hp, &table, shape)?;
+    // The mean over k micro-batches: each adds 1/k of its gradient.
+    let grads = g.backward_with(fwd.loss, &params, 1.0 / accum as f32, None)?;
+    let mut buffers = Vec::with_capacity(params.len());
+    let mut grad_sq: Option<TensorId> = None;
+    for (s, &gr) in specs.iter().zip(&grads) {
+        let buf = g.persistent(&format!("grad.{}", s.name), F32, &s.dims)?;
+        let sum = g.add(buf, gr)?;
+        let acc = g.cpy(sum, buf)?;
+        let sq = g.unary(Unary::Sqr, acc)?;
+        let sq = g.sum(sq)?; // [1]
+        grad_sq = Some(match grad_sq {
+            Some(t) => g.add(t, sq)?,
+            None => sq,
+        });
+        buffers.push(buf);
+    }
+    let grad_sq = match grad_sq {
+        Some(t) => t,
+        None => g.fill(&[1], 0.0)?,
+    };
+    g.set_name(grad_sq, "grad_sq")?;
+    g.set_output(grad_sq)?;
+    let plan = Plan::compile(g);
+    let mut mem = Memory::new(&plan);
+    write_constants(&plan, &mut mem, &fwd, hp, shape)?;
+    Ok(GradPass {
+        plan,
+        mem,
+        fwd,
+        params,
+        buffers,
+        grad_sq,
+    })
+}
+
+pub(crate) fn update_pass(specs: &[ParamSpec], opt: &Optimizer) -> Result<UpdatePass> {
+    let mut g = Graph::new();
+    let params = param_leaves(&mut g, specs)?;
+    let clip = g.input("clip", F32, &[1])?;
+    let hp = g.input("optimizer_hp", F32, &[opt.n_hyperparams()])?;
+    let mut buffers = Vec::with_capacity(params.len());
+    let mut state = Vec::with_capacity(params.len());
+    for (s, &p) in specs.iter().zip(&params) {
+        let buf = g.persistent(&format!("grad.{}", s.name), F32, &s.dims)?;
+        let clipped = g.mul(buf, clip)?;
+        state.push(opt.build(&mut g, &s.name, p, clipped, hp)?);
+        buffers.push(buf);
+    }
+    let plan = Plan::compile(g);
+    let shared: Vec<TensorId> = params.iter().chain(&buffers).copied().collect();
+    let mem = Memory::new_sharing(&plan, &shared);
+    Ok(UpdatePass {
+        plan,
+        mem,
+        params,
+        buffers,
+        state,
+        clip,
+        hp,
+    })
+}
+
+pub(crate) fn eval_pass(
+    hp: &LlamaHparams,
+    specs: &[ParamSpec],
+    shape: BatchShape,
+) -> Result<EvalPass> {
+    let mut g = Graph::new();
+    let params = param_leaves(&mut g, specs)?;
+    let names = names(specs);
+    let table = ParamTable {
+        names: &names,
+        ids: &params,
+    };
+    let fwd = build_forward(&mut g, hp, &table, shape)?;
+    let plan = Plan::compile(g);
+    let mut mem = Memory::new_sharing(&plan, &params);
+    write_constants(&plan, &mut mem, &fwd, hp, shape)?;
+    Ok(EvalPass {
+        plan,
+        mem,
+        fwd,
+        params,
+    })
+}
+
+/// Moves the buffers of `from_ids` (in `from`) and `to_ids` (in `to`) into each other's
+/// memory; calling it twice restores both.
+pub(crate) fn swap_all(
+    from: &mut Memory<'static>,
+    from_plan: &Plan,
+    from_ids: &[TensorId],
+    to: &mut Memory<'static>,
+    to_plan: &Plan,
+    to_ids: &[TensorId],
+) -> Result<()> {
+    for (&a, &b) in from_ids.iter().zip(to_ids) {
+        from.swap_persistent(from_plan, a, to, to_plan, b)?;
+    }
+    Ok(())
+}

@@ -1,0 +1,431 @@
+//! `Trainer`: a Llama-family model's f32 master weights, optimizer state and compiled plans on
+//! one executor; `step` runs k micro-batches of forward + backward, then one clipped optimizer
+//! update — or skips it when the loss or gradient is not finite. Nothing is allocated per step
+//! (the plans, memories and arena are made up front).
+
+use tinynn_core::plan::Plan;
+use tinynn_core::tensor::TensorId;
+use tinynn_cpu::{ExecOptions, Executor, Memory};
+use tinynn_format::gguf::Value;
+use tinynn_format::model_config::ModelConfig;
+use tinynn_models::llama::LlamaHparams;
+
+use crate::error::{Result, TrainError};
+use crate::model::BatchShape;
+use crate::optim::Optimizer;
+use crate::params::{NamedTensor, ParamSpec};
+use crate::passes::{eval_pass, grad_pass, swap_all, update_pass, EvalPass, GradPass, UpdatePass};
+use crate::source::{resolve, TrainSource};
+
+/// How to train.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct TrainConfig {
+    /// Tokens per sequence.
+    pub seq: usize,
+    /// Sequences per micro-batch.
+    pub batch: usize,
+    /// Micro-batches per optimizer step (gradient accumulation); each step takes
+    /// `accum · batch · seq` tokens.
+    pub accum: usize,
+    pub optimizer: Optimizer,
+    /// Clip the gradient to this global L2 norm (PyTorch's `clip_grad_norm_`); `None`: no clipping.
+    pub clip: Option<f32>,
+    pub threads: usize,
+    /// Reference mode (one thread, f64 sums): see `tinynn_cpu::ExecOptions::strict`.
+    pub strict: bool,
+    /// Keep the last grad pass's timings (`Trainer::last_trace`).
+    pub trace: bool,
+}
+
+impl Default for TrainConfig {
+    fn default() -> Self {
+        TrainConfig {
+            seq: 256,
+            batch: 4,
+            accum: 1,
+            optimizer: Optimizer::default(),
+            clip: None,
+            threads: 1,
+            strict: false,
+            trace: false,
+        }
+    }
+}
+
+/// What one optimizer step did.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct StepReport {
+    /// Mean of the micro-batches' mean cross-entropies.
+    pub loss: f32,
+    /// Global L2 norm of the (accumulated) gradient, before clipping.
+    pub grad_norm: f32,
+    /// True when the loss or the gradient was not finite: weights and optimizer state are
+    /// untouched, the gradient is dropped and the step count does not advance.
+    pub skipped: bool,
+    /// Optimizer steps taken so far (after this one).
+    pub step: u64,
+}
+
+/// The optimizer's state for checkpoints: updates taken and every state tensor
+/// (`adam_m.<param>`, `adam_v.<param>` or `sgd_vel.<param>`).
+#[derive(Clone, Debug, PartialEq)]
+pub struct OptimizerState {
+    pub step: u64,
+    pub tensors: Vec<NamedTensor>,
+}
+
+pub struct Trainer {
+    cfg: TrainConfig,
+    config: ModelConfig,
+    hparams: LlamaHparams,
+    specs: Vec<ParamSpec>,
+    exec: Executor,
+    grad: GradPass,
+    update: UpdatePass,
+    eval: EvalPass,
+    step: u64,
+    pub(crate) gguf_metadata: Option<Vec<(String, Value)>>,
+    pub(crate) rope_freqs_tensor: Option<NamedTensor>,
+    trace: Option<String>,
+}
+
+fn read_f32(mem: &Memory<'_>, plan: &Plan, t: TensorId) -> Result<Vec<f32>> {
+    Ok(mem
+        .persistent(plan, t)?
+        .chunks_exact(4)
+        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .collect())
+}
+
+fn scalar(exec: &Executor, plan: &Plan, mem: &Memory<'_>, t: TensorId) -> Result<f32> {
+    let b = exec.bytes(plan, mem, t)?;
+    Ok(f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+}
+
+impl Trainer {
+    /// Loads or initializes the model and compiles the plans for `cfg`.
+    pub fn new<'a>(source: impl Into<TrainSource<'a>>, cfg: TrainConfig) -> Result<Trainer> {
+        if cfg.seq == 0 || cfg.batch == 0 || cfg.accum == 0 || cfg.threads == 0 {
+            return Err(TrainError::Invalid(format!(
+                "seq, batch, accum and threads must be at least 1: {cfg:?}"
+            )));
+        }
+        if cfg.clip.is_some_and(|c| c.is_nan() || c <= 0.0) {
+            return Err(TrainError::Invalid(format!(
+                "the clipping norm must be positive, got {:?}",
+                cfg.clip
+            )));
+        }
+        cfg.optimizer.check()?;
+        let loaded = resolve(source.into())?;
+        let shape = BatchShape {
+            batch: cfg.batch,
+            seq: cfg.seq,
+        };
+        let grad = grad_pass(&loaded.hparams, &loaded.specs, shape, cfg.accum)?;
+        let update = update_pass(&loaded.specs, &cfg.optimizer)?;
+        let eval = eval_pass(&loaded.hparams, &loaded.specs, shape)?;
+        let exec = Executor::with_options(
+            &grad.plan,
+            ExecOptions {
+                threads: cfg.threads,
+                strict: cfg.strict,
+                trace: cfg.trace,
+                repack: false,
+            },
+        );
+        let mut t = Trainer {
+            cfg,
+            config: loaded.config,
+            hparams: loaded.hparams,
+            specs: loaded.specs,
+            exec,
+            grad,
+            update,
+            eval,
+            step: 0,
+            gguf_metadata: loaded.gguf_metadata,
+            rope_freqs_tensor: loaded.rope_freqs_tensor,
+            trace: None,
+        };
+        t.load_params(&loaded.values)?;
+        Ok(t)
+    }
+
+    pub fn config(&self) -> &ModelConfig {
+        &self.config
+    }
+
+    pub fn hparams(&self) -> &LlamaHparams {
+        &self.hparams
+    }
+
+    pub fn train_config(&self) -> &TrainConfig {
+        &self.cfg
+    }
+
+    /// The trainable parameters (GGUF names, ggml dims).
+    pub fn param_specs(&self) -> &[ParamSpec] {
+        &self.specs
+    }
+
+    /// Tokens one micro-batch takes (`batch · seq`).
+    pub fn micro_batch_tokens(&self) -> usize {
+        self.cfg.batch * self.cfg.seq
+    }
+
+    /// Optimizer steps taken (skipped ones not counted).
+    pub fn steps_taken(&self) -> u64 {
+        self.step
+    }
+
+    /// Checks a batch of `n_micro` micro-batches of ids and labels.
+    fn check_batch(&self, ids: &[i32], labels: &[i32], n_micro: usize) -> Result<()> {
+        let want = n_micro * self.micro_batch_tokens();
+        if ids.len() != want || labels.len() != want {
+            return Err(TrainError::Batch(format!(
+                "expected {want} ids and labels ({n_micro} × batch {} × seq {}), got {} and {}",
+                self.cfg.batch,
+                self.cfg.seq,
+                ids.len(),
+                labels.len()
+            )));
+        }
+        let v = self.hparams.n_vocab as i32;
+        if let Some(bad) = ids.iter().find(|&&i| !(0..v).contains(&i)) {
+            return Err(TrainError::Batch(format!(
+                "token id {bad} is outside the vocabulary of {v}"
+            )));
+        }
+        if let Some(bad) = labels.iter().find(|&&l| l >= v) {
+            return Err(TrainError::Batch(format!(
+                "label {bad} is outside the vocabulary of {v}"
+            )));
+        }
+        Ok(())
+    }
+
+    /// One optimizer step over `accum` micro-batches (`ids`/`labels`: `accum · batch · seq`
+    /// values, sequence after sequence; a negative label is not scored) at learning rate `lr`.
+    pub fn step(&mut self, ids: &[i32], labels: &[i32], lr: f32) -> Result<StepReport> {
+        self.check_batch(ids, labels, self.cfg.accum)?;
+        if !lr.is_finite() {
+            return Err(TrainError::Invalid(format!("learning rate {lr}")));
+        }
+        let n = self.micro_batch_tokens();
+        let mut loss_sum = 0f64;
+        for (ids, labels) in ids.chunks_exact(n).zip(labels.chunks_exact(n)) {
+            let g = &mut self.grad;
+            g.mem.write_i32(&g.plan, g.fwd.tokens, ids)?;
+            g.mem.write_i32(&g.plan, g.fwd.labels, labels)?;
+            if let Err(e) = self.exec.run(&g.plan, &mut g.mem) {
+                self.zero_grads()?;
+                return Err(e.into());
+            }
+            loss_sum += f64::from(scalar(&self.exec, &g.plan, &g.mem, g.fwd.loss)?);
+            if self.cfg.trace {
+                self.trace = self.exec.chrome_trace(&g.plan);
+            }
+        }
+        let loss = (loss_sum / self.cfg.accum as f64) as f32;
+        let g = &self.grad;
+        let grad_norm = scalar(&self.exec, &g.plan, &g.mem, g.grad_sq)?.sqrt();
+        let skipped = !loss.is_finite() || !grad_norm.is_finite();
+        if !skipped {
+            let clip = match self.cfg.clip {
+                // As torch.nn.utils.clip_grad_norm_: max_norm / (norm + 1e-6), at most 1.
+                Some(max) => (max / (grad_norm + 1e-6)).min(1.0),
+                None => 1.0,
+            };
+            self.apply_update(lr, clip)?;
+        }
+        self.zero_grads()?;
+        Ok(StepReport {
+            loss,
+            grad_norm,
+            skipped,
+            step: self.step,
+        })
+    }
+
+    fn apply_update(&mut self, lr: f32, clip: f32) -> Result<()> {
+        let hp = self.cfg.optimizer.hyperparams(lr, self.step + 1);
+        let (g, u) = (&mut self.grad, &mut self.update);
+        u.mem.write_f32(&u.plan, u.clip, &[clip])?;
+        u.mem
+            .write_f32(&u.plan, u.hp, &hp[..self.cfg.optimizer.n_hyperparams()])?;
+        swap_all(
+            &mut g.mem, &g.plan, &g.params, &mut u.mem, &u.plan, &u.params,
+        )?;
+        swap_all(
+            &mut g.mem, &g.plan, &g.buffers, &mut u.mem, &u.plan, &u.buffers,
+        )?;
+        let ran = self.exec.run(&u.plan, &mut u.mem);
+        swap_all(
+            &mut g.mem, &g.plan, &g.params, &mut u.mem, &u.plan, &u.params,
+        )?;
+        swap_all(
+            &mut g.mem, &g.plan, &g.buffers, &mut u.mem, &u.plan, &u.buffers,
+        )?;
+        ran?;
+        self.step += 1;
+        Ok(())
+    }
+
+    fn zero_grads(&mut self) -> Result<()> {
+        let g = &mut self.grad;
+        for &b in &g.buffers {
+            g.mem.zero_persistent(&g.plan, b)?;
+        }
+        Ok(())
+    }
+
+    /// The mean cross-entropy of one micro-batch (`batch · seq` ids and labels) under the current
+    /// weights; changes nothing.
+    pub fn eval_loss(&mut self, ids: &[i32], labels: &[i32]) -> Result<f32> {
+        self.check_batch(ids, labels, 1)?;
+        let (g, e) = (&mut self.grad, &mut self.eval);
+        e.mem.write_i32(&e.plan, e.fwd.tokens, ids)?;
+        e.mem.write_i32(&e.plan, e.fwd.labels, labels)?;
+        swap_all(
+            &mut g.mem, &g.plan, &g.params, &mut e.mem, &e.plan, &e.params,
+        )?;
+        let ran = self.exec.run(&e.plan, &mut e.mem);
+        swap_all(
+            &mut g.mem, &g.plan, &g.params, &mut e.mem, &e.plan, &e.params,
+        )?;
+        ran?;
+        scalar(&self.exec, &e.plan, &e.mem, e.fwd.loss)
+    }
+
+    /// Runs forward + backward on one micro-batch and returns every parameter's gradient
+    /// (of the mean loss; divided by `accum`), without updating anything. For tests and tools.
+    pub fn gradients(&mut self, ids: &[i32], labels: &[i32]) -> Result<(f32, Vec<NamedTensor>)> {
+        self.check_batch(ids, labels, 1)?;
+        self.zero_grads()?;
+        let g = &mut self.grad;
+        g.mem.write_i32(&g.plan, g.fwd.tokens, ids)?;
+        g.mem.write_i32(&g.plan, g.fwd.labels, labels)?;
+        let ran = self.exec.run(&g.plan, &mut g.mem);
+        let out = ran.map_err(TrainError::from).and_then(|()| {
+            let g = &self.grad;
+            let loss = scalar(&self.exec, &g.plan, &g.mem, g.fwd.loss)?;
+            let grads = self
+                .specs
+                .iter()
+                .zip(&g.buffers)
+                .map(|(s, &b)| {
+                    Ok(NamedTensor {
+                        name: s.name.clone(),
+                        dims: s.dims.clone(),
+                        data: read_f32(&g.mem, &g.plan, b)?,
+                    })
+                })
+                .collect::<Result<Vec<_>>>()?;
+            Ok((loss, grads))
+        });
+        self.zero_grads()?;
+        out
+    }
+
+    /// The current weights (f32 master copies), in `param_specs` order.
+    pub fn params(&self) -> Result<Vec<NamedTensor>> {
+        let g = &self.grad;
+        self.specs
+            .iter()
+            .zip(&g.params)
+            .map(|(s, &p)| {
+                Ok(NamedTensor {
+                    name: s.name.clone(),
+                    dims: s.dims.clone(),
+                    data: read_f32(&g.mem, &g.plan, p)?,
+                })
+            })
+            .collect()
+    }
+
+    /// Replaces weights by name; every tensor given must be a parameter with its dims.
+    pub fn load_params(&mut self, tensors: &[NamedTensor]) -> Result<()> {
+        for t in tensors {
+            let i = self.param_index(&t.name)?;
+            check_dims(t, &self.specs[i].dims)?;
+            let g = &mut self.grad;
+            g.mem.write_f32(&g.plan, g.params[i], &t.data)?;
+        }
+        Ok(())
+    }
+
+    fn param_index(&self, name: &str) -> Result<usize> {
+        self.specs
+            .iter()
+            .position(|s| s.name == name)
+            .ok_or_else(|| TrainError::Param {
+                name: name.into(),
+                message: "not a parameter of this model".into(),
+            })
+    }
+
+    /// The optimizer's step count and moments, for checkpoints.
+    pub fn optimizer_state(&self) -> Result<OptimizerState> {
+        let u = &self.update;
+        let mut tensors = Vec::new();
+        for (s, state) in self.specs.iter().zip(&u.state) {
+            for (prefix, &t) in self.cfg.optimizer.state_prefixes().iter().zip(state) {
+                tensors.push(NamedTensor {
+                    name: format!("{prefix}.{}", s.name),
+                    dims: s.dims.clone(),
+                    data: read_f32(&u.mem, &u.plan, t)?,
+                });
+            }
+        }
+        Ok(OptimizerState {
+            step: self.step,
+            tensors,
+        })
+    }
+
+    /// Restores what [`Trainer::optimizer_state`] returned (tensors by name; each must exist).
+    pub fn load_optimizer_state(&mut self, state: &OptimizerState) -> Result<()> {
+        for t in &state.tensors {
+            let (prefix, param) = t.name.split_once('.').ok_or_else(|| TrainError::Param {
+                name: t.name.clone(),
+                message: "not an optimizer state tensor".into(),
+            })?;
+            let k = self
+                .cfg
+                .optimizer
+                .state_prefixes()
+                .iter()
+                .position(|p| *p == prefix)
+                .ok_or_else(|| TrainError::Param {
+                    name: t.name.clone(),
+                    message: "not a state tensor of this optimizer".into(),
+                })?;
+            let i = self.param_index(param)?;
+            check_dims(t, &self.specs[i].dims)?;
+            let u = &mut self.update;
+            u.mem.write_f32(&u.plan, u.state[i][k], &t.data)?;
+        }
+        self.step = state.step;
+        Ok(())
+    }
+
+    /// The last grad pass's per-step timings as Chrome trace JSON (with `TrainConfig::trace`).
+    pub fn last_trace(&self) -> Option<&str> {
+        self.trace.as_deref()
+    }
+}
+
+fn check_dims(t: &NamedTensor, dims: &[usize]) -> Result<()> {
+    if t.dims != dims || t.data.len() != dims.iter().product::<usize>() {
+        return Err(TrainError::Param {
+            name: t.name.clone(),
+            message: format!(
+                "dims {:?} with {} values, the model has {dims:?}",
+                t.dims,
+                t.data.len()
+            ),
+        });
+    }
+    Ok(())
+}

@@ -1,0 +1,177 @@
+//! GGUF round trip: a random-init model written as an F16 GGUF loads into a trainer (dequantized
+//! to f32 masters), trains, and exports (F32 and F16) with the source's metadata; the export
+//! loads in the inference engine and scores the text as the trainer does.
+
+use std::path::Path;
+
+use tinynn_cpu::ExecOptions;
+use tinynn_format::gguf::{GgufFile, GgufWriter, Value};
+use tinynn_format::model_config::{Architecture, ModelConfig, RopeScaling};
+use tinynn_format::GgmlType;
+use tinynn_models::session::Session;
+use tinynn_train::{TrainConfig, TrainError, TrainSource, Trainer};
+
+const SEQ: usize = 16;
+const V: usize = 64;
+
+fn config() -> ModelConfig {
+    ModelConfig {
+        architecture: Architecture::Llama,
+        n_vocab: Some(V as u64),
+        n_ctx_train: Some(64),
+        n_embd: 32,
+        n_layer: 2,
+        n_head: 4,
+        n_head_kv: 2,
+        head_dim: 8,
+        n_ff: Some(48),
+        norm_eps: Some(1e-5),
+        rope_dims: None,
+        rope_freq_base: Some(10000.0),
+        rope_scaling: RopeScaling::None,
+        tie_word_embeddings: Some(true),
+    }
+}
+
+fn cfg() -> TrainConfig {
+    TrainConfig {
+        seq: SEQ,
+        batch: 1,
+        threads: 2,
+        ..TrainConfig::default()
+    }
+}
+
+/// Writes `t`'s weights as an F16 GGUF with Llama metadata (and a marker key).
+fn write_source(t: &Trainer, path: &Path) {
+    let mut w = GgufWriter::new();
+    w.set_str("general.architecture", "llama");
+    w.set_str("test.marker", "kept");
+    for (k, v) in [
+        ("llama.block_count", 2u32),
+        ("llama.context_length", 64),
+        ("llama.embedding_length", 32),
+        ("llama.feed_forward_length", 48),
+        ("llama.attention.head_count", 4),
+        ("llama.attention.head_count_kv", 2),
+        ("llama.vocab_size", V as u32),
+    ] {
+        w.set(k, Value::U32(v));
+    }
+    w.set("llama.attention.layer_norm_rms_epsilon", Value::F32(1e-5));
+    w.set("llama.rope.freq_base", Value::F32(10000.0));
+    let params = t.params().unwrap();
+    let bytes: Vec<Vec<u8>> = params
+        .iter()
+        .map(|p| {
+            let ty = if p.dims.len() == 1 {
+                GgmlType::F32
+            } else {
+                GgmlType::F16
+            };
+            let mut b = vec![0u8; p.data.len() * if ty == GgmlType::F16 { 2 } else { 4 }];
+            tinynn_core::quant::quantize_row(ty, &p.data, &mut b).unwrap();
+            b
+        })
+        .collect();
+    for (p, b) in params.iter().zip(&bytes) {
+        let ty = if p.dims.len() == 1 {
+            GgmlType::F32
+        } else {
+            GgmlType::F16
+        };
+        let dims: Vec<u64> = p.dims.iter().map(|&d| d as u64).collect();
+        w.add_tensor(&p.name, ty, &dims, b).unwrap();
+    }
+    w.write_atomic(path).unwrap();
+}
+
+#[test]
+fn a_trained_model_exports_to_gguf_that_inference_loads() {
+    let dir = tempfile::tempdir().unwrap();
+    let random = Trainer::new(
+        TrainSource::Random {
+            config: Box::new(config()),
+            seed: 5,
+        },
+        cfg(),
+    )
+    .unwrap();
+    // Random init: normal(0, 0.02) matrices, unit norms.
+    let p = random.params().unwrap();
+    let emb = &p[0].data;
+    let std = (emb.iter().map(|x| x * x).sum::<f32>() / emb.len() as f32).sqrt();
+    assert!((std - 0.02).abs() < 0.002, "init std {std}");
+    assert!(p[1].data.iter().all(|&x| x == 1.0));
+    assert!(matches!(
+        random.export_gguf(&dir.path().join("x.gguf"), GgmlType::F32),
+        Err(TrainError::Unsupported(_))
+    ));
+
+    let src = dir.path().join("source.gguf");
+    write_source(&random, &src);
+    let file = GgufFile::open(&src).unwrap();
+    let mut t = Trainer::new(&file, cfg()).unwrap();
+    // F16 weights were dequantized: each master equals its f16 rounding.
+    let loaded = t.params().unwrap();
+    let e0 = &loaded[0].data;
+    assert!(e0
+        .iter()
+        .zip(emb)
+        .all(|(a, b)| (a - b).abs() <= 1e-3 * b.abs() + 1e-7));
+    assert_eq!(t.param_specs().len(), 2 + 2 * 9, "tied: no output.weight");
+
+    let ids: Vec<i32> = (0..SEQ as i32).map(|i| (i * 7 + 3) % V as i32).collect();
+    let labels: Vec<i32> = ids[1..].iter().copied().chain([-1]).collect();
+    let first = t.step(&ids, &labels, 1e-2).unwrap().loss;
+    for _ in 0..4 {
+        t.step(&ids, &labels, 1e-2).unwrap();
+    }
+    let trained = t.eval_loss(&ids, &labels).unwrap();
+    assert!(trained < first, "{first} → {trained}");
+
+    for ty in [GgmlType::F32, GgmlType::F16] {
+        let out = dir.path().join(format!("trained-{ty}.gguf"));
+        t.export_gguf(&out, ty).unwrap();
+        let f = GgufFile::open(&out).unwrap();
+        assert_eq!(
+            f.gguf().get_raw("test.marker").and_then(|v| v.as_str()),
+            Some("kept")
+        );
+        let params = t.params().unwrap();
+        if ty == GgmlType::F32 {
+            for p in &params {
+                let view = f.tensor(&p.name).unwrap();
+                let got: Vec<f32> = view
+                    .data
+                    .chunks_exact(4)
+                    .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+                    .collect();
+                assert_eq!(got, p.data, "{}", p.name);
+            }
+        }
+        // The inference engine scores the sequence as the trainer does.
+        let opts = ExecOptions {
+            strict: true,
+            ..ExecOptions::default()
+        };
+        let mut s = Session::with_all_logits(&f, 64, opts, true).unwrap();
+        let tokens: Vec<u32> = ids.iter().map(|&i| i as u32).collect();
+        s.eval_batch(&tokens).unwrap();
+        let logits = s.all_logits();
+        let mut nll = 0f64;
+        for (i, &l) in labels.iter().enumerate().take(SEQ - 1) {
+            let row = &logits[i * V..(i + 1) * V];
+            let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+            let z: f64 = row.iter().map(|&x| f64::from(x - max).exp()).sum();
+            nll += z.ln() - f64::from(row[l as usize] - max);
+        }
+        let loss = (nll / (SEQ - 1) as f64) as f32;
+        let tol = if ty == GgmlType::F32 { 1e-4 } else { 1e-2 };
+        println!("{ty} export: inference loss {loss}, trainer {trained}");
+        assert!(
+            (loss - trained).abs() <= tol * trained,
+            "{ty}: {loss} vs {trained}"
+        );
+    }
+}

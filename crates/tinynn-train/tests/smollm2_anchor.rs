@@ -1,0 +1,152 @@
+//! The real-model anchor (issue 6), ignored by default because it takes minutes:
+//! SmolLM2-135M (the Q4_1 file dequantized to f32), GPL-3 tokens without BOS, seq 256, batch 4,
+//! row j of step s = ids[((s·4+j)·256) mod (N−256)..][..256], labels the next tokens, AdamW lr
+//! 1e-4, betas 0.9/0.999, eps 1e-8, weight decay 0.01, f32, 2 threads. PyTorch: step-1 loss
+//! 3.1950, the first batch re-scored after 20 steps 1.6478.
+//!
+//!     cargo test --release -p tinynn-train --test smollm2_anchor -- --ignored --nocapture
+//!
+//! `TINYNN_TRACE=1` also prints where a grad pass spends its time (executor trace, per op).
+
+use std::collections::HashMap;
+use std::time::Instant;
+
+use tinynn_format::gguf::GgufFile;
+use tinynn_format::model_cache::ensure_default_model;
+use tinynn_models::tokenizer::Tokenizer;
+use tinynn_train::{Optimizer, TrainConfig, Trainer};
+
+const SEQ: usize = 256;
+const BATCH: usize = 4;
+
+/// Peak resident set size of this process so far (VmHWM, what getrusage's ru_maxrss reports).
+fn peak_rss_bytes() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .map_or(0, |kb| kb * 1024)
+}
+
+fn batch(ids: &[i32], s: usize) -> (Vec<i32>, Vec<i32>) {
+    let n = ids.len();
+    let (mut x, mut y) = (Vec::new(), Vec::new());
+    for j in 0..BATCH {
+        let p = ((s * BATCH + j) * SEQ) % (n - SEQ);
+        x.extend_from_slice(&ids[p..p + SEQ]);
+        y.extend_from_slice(&ids[p + 1..p + SEQ + 1]);
+    }
+    (x, y)
+}
+
+/// Total time per op over thread 0 of a Chrome trace, largest first (ms).
+fn time_by_op(trace: &str) -> Vec<(String, f64)> {
+    let v: serde_json::Value = serde_json::from_str(trace).unwrap();
+    let mut by: HashMap<String, f64> = HashMap::new();
+    for e in v["traceEvents"].as_array().unwrap() {
+        if e["tid"].as_u64() == Some(0) {
+            *by.entry(e["name"].as_str().unwrap().to_string())
+                .or_default() += e["dur"].as_f64().unwrap() / 1e3;
+        }
+    }
+    let mut out: Vec<_> = by.into_iter().collect();
+    out.sort_by(|a, b| b.1.total_cmp(&a.1));
+    out
+}
+
+#[test]
+#[ignore = "minutes: SmolLM2-135M full fine-tuning; run with --ignored"]
+fn smollm2_full_finetune_matches_pytorch() {
+    let path = ensure_default_model().expect("SmolLM2 model (scripts/fetch-models.sh)");
+    let file = GgufFile::open(&path).unwrap();
+    let tok = Tokenizer::from_gguf(file.gguf()).unwrap();
+    let text = std::fs::read_to_string("/usr/share/common-licenses/GPL-3").unwrap();
+    let ids: Vec<i32> = tok
+        .encode(&text, false)
+        .unwrap()
+        .into_iter()
+        .map(|i| i as i32)
+        .collect();
+    // TINYNN_DUMP_IDS=FILE: write the token ids as JSON (to feed a PyTorch run) and stop.
+    if let Ok(out) = std::env::var("TINYNN_DUMP_IDS") {
+        std::fs::write(out, serde_json::to_string(&ids).unwrap()).unwrap();
+        return;
+    }
+    let trace = std::env::var("TINYNN_TRACE").is_ok_and(|v| v == "1");
+    let cfg = TrainConfig {
+        seq: SEQ,
+        batch: BATCH,
+        accum: 1,
+        optimizer: Optimizer::AdamW {
+            beta1: 0.9,
+            beta2: 0.999,
+            eps: 1e-8,
+            weight_decay: 0.01,
+        },
+        clip: None,
+        threads: 2,
+        strict: false,
+        trace,
+    };
+    let t0 = Instant::now();
+    let mut t = Trainer::new(&file, cfg).unwrap();
+    println!(
+        "{} tokens; loaded in {:.1} s, RSS so far {:.2} GiB",
+        ids.len(),
+        t0.elapsed().as_secs_f64(),
+        peak_rss_bytes() as f64 / (1u64 << 30) as f64
+    );
+    // TINYNN_ANCHOR_STEPS=k: a shorter run (the re-scored target applies to 20 steps only).
+    let steps: usize = std::env::var("TINYNN_ANCHOR_STEPS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(20)
+        .max(2);
+    let mut times = Vec::new();
+    let mut first = f32::NAN;
+    for s in 0..steps {
+        let (x, y) = batch(&ids, s);
+        let start = Instant::now();
+        let r = t.step(&x, &y, 1e-4).unwrap();
+        let dt = start.elapsed().as_secs_f64();
+        times.push(dt);
+        println!(
+            "step {:2}: loss {:.4}  grad norm {:.3}  {:.2} s  {:.0} tokens/s",
+            s + 1,
+            r.loss,
+            r.grad_norm,
+            dt,
+            (SEQ * BATCH) as f64 / dt
+        );
+        assert!(!r.skipped);
+        if s == 0 {
+            first = r.loss;
+            if let Some(tr) = t.last_trace() {
+                let ops = time_by_op(tr);
+                let total: f64 = ops.iter().map(|o| o.1).sum();
+                println!("grad pass, thread 0: {total:.0} ms in steps");
+                for (op, ms) in ops.iter().take(12) {
+                    println!("  {op:<24} {ms:8.0} ms  {:4.1}%", 100.0 * ms / total);
+                }
+            }
+        }
+    }
+    let (x, y) = batch(&ids, 0);
+    let rescored = t.eval_loss(&x, &y).unwrap();
+    let later = &times[1..];
+    let mean = later.iter().sum::<f64>() / later.len() as f64;
+    println!(
+        "step-1 loss {first:.4} (PyTorch 3.1950), re-scored after {steps} steps {rescored:.4} (PyTorch 1.6478 after 20)"
+    );
+    println!(
+        "steps 2-{steps}: {mean:.2} s/step, {:.0} tokens/s; peak RSS {:.2} GiB",
+        (SEQ * BATCH) as f64 / mean,
+        peak_rss_bytes() as f64 / (1u64 << 30) as f64
+    );
+    assert!((first - 3.1950).abs() <= 1e-3, "step-1 loss {first}");
+    assert!(
+        (rescored - 1.6478).abs() <= 0.05,
+        "re-scored loss {rescored}"
+    );
+}
