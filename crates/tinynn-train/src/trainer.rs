@@ -132,6 +132,8 @@ impl Trainer {
                 strict: cfg.strict,
                 trace: cfg.trace,
                 repack: false,
+                // Training keeps its thread count: results stay bit-exact across resumes.
+                adaptive_threads: false,
             },
         );
         let mut t = Trainer {
