@@ -6,10 +6,11 @@ use tinynn_format::GgmlType;
 
 use super::{row_index, split, StepArgs, ERR_KERNEL};
 use crate::pool::Ctx;
-use crate::simd::attention_block;
-use crate::simd::attention_tile::{self, TileIo, TileScratch, LANES};
+use crate::simd::attention_block::{self, TileIo, TileScratch, LANES};
 
-/// Query rows from which a batch uses the blocked f32 attention.
+/// Query rows from which a batch uses the blocked f32 attention (llama.cpp's CPU backend
+/// switches to its tiled f32 path at the same size); smaller batches and decode keep ggml's
+/// one-row f16 arithmetic, which greedy parity with llama.cpp depends on.
 const BLOCKED_MIN_ROWS: usize = 64;
 use crate::simd::f16_accumulate;
 
@@ -45,8 +46,9 @@ pub(crate) fn flash_attn(
     if a.strict {
         attend::<f64>(scale, softcap, mask, n_kv, a, ctx);
     } else if a.src(2).layout.dtype == GgmlType::F16 && k.layout.dtype == GgmlType::F16 {
-        if softcap == 0.0 && attention_tile::available() && tile_fits(mask.as_ref(), a) {
-            attend_tiled(scale, mask, n_kv, a, ctx);
+        let prompt = a.src(0).layout.ne[1] >= BLOCKED_MIN_ROWS;
+        if prompt && softcap == 0.0 && attention_block::available() && tile_fits(mask.as_ref(), a) {
+            attend_blocked(scale, mask, n_kv, a, ctx);
         } else {
             attend_f16_cache(scale, softcap, mask, n_kv, a, ctx);
         }
@@ -55,7 +57,7 @@ pub(crate) fn flash_attn(
     }
 }
 
-/// Whether the tiled kernel takes this call: an F32 mask whose element offsets fit in i32
+/// Whether the blocked kernel takes this call: an F32 mask whose element offsets fit in i32
 /// (gathers), contiguous output rows.
 fn tile_fits(mask: Option<&super::RawTensor>, a: &StepArgs<'_>) -> bool {
     let mask_ok = mask.is_none_or(|m| {
@@ -71,11 +73,10 @@ thread_local! {
     static SCRATCH: std::cell::RefCell<TileScratch> = std::cell::RefCell::new(TileScratch::new());
 }
 
-/// 16 (query, head) lanes of one KV head at a time: [`attend_f16_cache`]'s arithmetic for
-/// small batches (`simd::attention_tile`), blocked f32 attention for prompts
-/// (`simd::attention_block`). Tiles go round-robin to the threads, so causal prompts (later
-/// rows attend to more) split evenly.
-fn attend_tiled(
+/// Blocked f32 attention for prompts (`simd::attention_block`), 16 (query, head) lanes of one
+/// KV head at a time. Tiles go round-robin to the threads, so causal prompts (later rows
+/// attend to more) split evenly.
+fn attend_blocked(
     scale: f32,
     mask: Option<super::RawTensor>,
     n_kv: usize,
@@ -86,9 +87,6 @@ fn attend_tiled(
     let (n_q, n_head, n_head_kv) = (q.layout.ne[1], q.layout.ne[2], k.layout.ne[2]);
     let group = n_head / n_head_kv;
     let per_kv_head = (n_q * group).div_ceil(LANES);
-    // Batches of at least 64 query rows take the blocked f32 arithmetic, smaller ones (decode)
-    // ggml's f16 one — the same switch llama.cpp's CPU backend makes.
-    let blocked = n_q >= BLOCKED_MIN_ROWS;
     let io = TileIo {
         q,
         k,
@@ -111,13 +109,7 @@ fn attend_tiled(
             // (q [d, n_q, H], k/v F16 [·, n_kv, H_kv] with contiguous rows, mask [n_kv, ≥ n_q]
             // F32, dst [dv, H, n_q] contiguous rows); n_kv ≤ the cache length; each (i, h) lane
             // belongs to exactly one job, so its output row is this thread's.
-            unsafe {
-                if blocked {
-                    attention_block::attend_blocked(&io, hk, &lanes[..n], scratch)
-                } else {
-                    attention_tile::attend_tile(&io, hk, &lanes[..n], scratch)
-                }
-            };
+            unsafe { attention_block::attend_blocked(&io, hk, &lanes[..n], scratch) };
         }
     });
 }

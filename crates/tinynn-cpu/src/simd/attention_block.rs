@@ -10,18 +10,68 @@
 use std::arch::x86_64::*;
 
 #[cfg(target_arch = "x86_64")]
-use super::attention_tile::f16_row_to_f32;
-use super::attention_tile::{TileIo, TileScratch, LANES, MAX_D};
-#[cfg(target_arch = "x86_64")]
 use super::vexp;
+use crate::kernels::RawTensor;
 
 /// KV rows per block.
 pub(crate) const KV_BLOCK: usize = 64;
+/// Lanes per tile.
+pub(crate) const LANES: usize = 16;
+/// Largest head size (the graph builder's limit).
+pub(crate) const MAX_D: usize = 512;
+
+/// Whether [`attend_blocked`] can run here.
+pub(crate) fn available() -> bool {
+    super::Isa::detected() >= super::Isa::Avx512Vnni
+}
+
+/// Everything a tile reads and writes besides its lanes.
+pub(crate) struct TileIo {
+    /// F32 `[d, n_q, n_head]` (any strides).
+    pub q: RawTensor,
+    /// F16 `[d, n_kv, n_head_kv]` with contiguous rows.
+    pub k: RawTensor,
+    /// F16 `[dv, n_kv, n_head_kv]` with contiguous rows.
+    pub v: RawTensor,
+    /// F32 `[n_kv, ≥ n_q]`, added to the scores.
+    pub mask: Option<RawTensor>,
+    /// F32 `[dv, n_head, n_q]` with contiguous rows.
+    pub dst: RawTensor,
+    pub n_kv: usize,
+    pub scale: f32,
+}
+
+/// Scratch for one tile (about 200 KiB; one per thread).
+pub(crate) struct TileScratch {
+    /// Queries transposed: `[d][16]`.
+    q_t: Vec<f32>,
+    /// Value sums, `[dv][16]`.
+    acc: Vec<f32>,
+    k_row: Vec<f32>,
+    /// Scores, then probabilities, `[KV_BLOCK][16]`.
+    p: Vec<f32>,
+    /// The block's value rows in f32, `[KV_BLOCK][dv]`.
+    v_blk: Vec<f32>,
+}
+
+impl TileScratch {
+    pub(crate) fn new() -> TileScratch {
+        TileScratch {
+            q_t: vec![0.0; MAX_D * LANES],
+            acc: vec![0.0; LANES * MAX_D],
+            k_row: vec![0.0; MAX_D],
+            p: vec![0.0; KV_BLOCK * LANES],
+            v_blk: vec![0.0; KV_BLOCK * MAX_D],
+        }
+    }
+}
+
 
 /// Blocked f32 attention for `lanes` (query row `i`, head `h`; all heads of KV head `hk`).
 ///
 /// # Safety
-/// As `attention_tile::attend_tile`.
+/// [`available`]; the tensors are as documented on [`TileIo`] and in bounds for the lanes and
+/// `n_kv`; the lanes' output rows belong to this thread.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,f16c,fma")]
 pub(crate) unsafe fn attend_blocked(
@@ -224,3 +274,28 @@ unsafe fn accumulate(
         unsafe { _mm512_storeu_ps(acc.as_mut_ptr().add((c + t) * LANES), *rt) };
     }
 }
+
+/// `out[c] = f32(row[c])` for an F16 row.
+///
+/// # Safety
+/// AVX-512F + F16C; `row` holds `out.len()` f16 values.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,f16c")]
+unsafe fn f16_row_to_f32(row: *const u8, out: &mut [f32]) {
+    let n = out.len();
+    let mut c = 0;
+    while c + 16 <= n {
+        // SAFETY: 16 f16s at row + 2c, 16 f32s at out[c..].
+        unsafe {
+            let h = _mm256_loadu_si256(row.add(2 * c) as *const __m256i);
+            _mm512_storeu_ps(out.as_mut_ptr().add(c), _mm512_cvtph_ps(h));
+        }
+        c += 16;
+    }
+    for (x, cc) in out[c..].iter_mut().zip(c..) {
+        // SAFETY: f16 cc is inside the row.
+        let b = unsafe { [*row.add(2 * cc), *row.add(2 * cc + 1)] };
+        *x = tinynn_core::quant::half::f16_to_f32(u16::from_le_bytes(b));
+    }
+}
+

@@ -6,7 +6,6 @@
 //! tests; formats without a SIMD kernel use that reference.
 
 pub(crate) mod attention_block;
-pub(crate) mod attention_tile;
 #[cfg(target_arch = "x86_64")]
 mod avx2;
 #[cfg(target_arch = "x86_64")]
