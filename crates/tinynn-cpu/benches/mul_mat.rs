@@ -74,7 +74,14 @@ fn run(bencher: Bencher, ty: GgmlType, k: usize, n: usize, m: usize, threads: us
 }
 
 /// Formats with a packed (interleaved-row) layout, benched through it.
-const PACKED: [GgmlType; 2] = [GgmlType::Q8_0, GgmlType::Q4_1];
+const PACKED: [GgmlType; 6] = [
+    GgmlType::F16,
+    GgmlType::Q8_0,
+    GgmlType::Q4_0,
+    GgmlType::Q4_1,
+    GgmlType::Q5_0,
+    GgmlType::Q5_1,
+];
 
 fn run_with(
     bencher: Bencher,
