@@ -85,7 +85,7 @@ fn packed_reference_and_simd_match_the_format_reference() {
             let w = quantized(ty, k, n, 7 + k as u64 + n as u64);
             let p = packed::pack_always(ty, [k, n, 1, 1], &w).unwrap();
             assert_eq!(p.shape(), [k, n]);
-            for m in [1usize, 2, 3, 5, 8, 11, 17] {
+            for m in [1usize, 2, 3, 5, 8, 11, 13, 17, 30] {
                 let x = noise(k * m, 99 + m as u64);
                 let arb = p.activation_row_bytes();
                 let mut acts = vec![0u8; arb * m];

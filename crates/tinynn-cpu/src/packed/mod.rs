@@ -135,20 +135,29 @@ impl PackKind {
         }
     }
 
-    /// The SIMD kernel for a tile of `n` (1..=8) tokens.
+    /// Most tokens of one tile: F16's has no unpacking to share and needs more independent
+    /// FMAs per weight load; the quantized kinds' unpacked weights fill half the registers.
+    fn max_tile(self) -> usize {
+        match self {
+            PackKind::F16x16 => 16,
+            _ => 8,
+        }
+    }
+
+    /// The SIMD kernel for a tile of at most `n` (1..=`max_tile`) tokens and how many it takes.
     #[cfg(target_arch = "x86_64")]
-    fn tile(self, n: usize) -> TileFn {
+    fn tile(self, n: usize) -> (TileFn, usize) {
         macro_rules! pick {
             ($($f:ident)::+ $(, $c:expr)*) => {
                 match n {
-                    8 => $($f)::+::<8 $(, $c)*>,
-                    7 => $($f)::+::<7 $(, $c)*>,
-                    6 => $($f)::+::<6 $(, $c)*>,
-                    5 => $($f)::+::<5 $(, $c)*>,
-                    4 => $($f)::+::<4 $(, $c)*>,
-                    3 => $($f)::+::<3 $(, $c)*>,
-                    2 => $($f)::+::<2 $(, $c)*>,
-                    _ => $($f)::+::<1 $(, $c)*>,
+                    8.. => ($($f)::+::<8 $(, $c)*> as TileFn, 8),
+                    7 => ($($f)::+::<7 $(, $c)*>, 7),
+                    6 => ($($f)::+::<6 $(, $c)*>, 6),
+                    5 => ($($f)::+::<5 $(, $c)*>, 5),
+                    4 => ($($f)::+::<4 $(, $c)*>, 4),
+                    3 => ($($f)::+::<3 $(, $c)*>, 3),
+                    2 => ($($f)::+::<2 $(, $c)*>, 2),
+                    _ => ($($f)::+::<1 $(, $c)*>, 1),
                 }
             };
         }
@@ -158,7 +167,11 @@ impl PackKind {
             PackKind::Q5_0x16 => pick!(nibbles::tile, false, true, 16),
             PackKind::Q5_1x16 => pick!(nibbles::tile, true, true, 0),
             PackKind::Q8_0x16 => pick!(q8_0x16::tile),
-            PackKind::F16x16 => pick!(f16x16::tile),
+            PackKind::F16x16 => match n {
+                16.. => (f16x16::tile::<16>, 16),
+                12.. => (f16x16::tile::<12>, 12),
+                _ => pick!(f16x16::tile),
+            },
         }
     }
 }
@@ -310,7 +323,10 @@ impl PackedWeight {
             let valid = GROUP_ROWS.min(self.n_rows - g * GROUP_ROWS);
             let mut t = 0;
             while t < m {
-                let n = (m - t).min(8);
+                #[cfg(target_arch = "x86_64")]
+                let (tile, n) = self.kind.tile((m - t).min(self.kind.max_tile()));
+                #[cfg(not(target_arch = "x86_64"))]
+                let n = (m - t).min(self.kind.max_tile());
                 // SAFETY: forwarded from the caller: tokens t..t+n exist, the group's columns
                 // start at g·16; packing (hence this call) implies the kernels' instructions.
                 unsafe {
@@ -319,7 +335,7 @@ impl PackedWeight {
                         out.add(g * GROUP_ROWS + t * out_stride),
                     );
                     #[cfg(target_arch = "x86_64")]
-                    self.kind.tile(n)(w.as_ptr(), nb, x, act_stride, o, out_stride, valid);
+                    tile(w.as_ptr(), nb, x, act_stride, o, out_stride, valid);
                     #[cfg(not(target_arch = "x86_64"))]
                     for i in 0..n {
                         // Never packed off x86 (see `available`); the reference stays correct.
