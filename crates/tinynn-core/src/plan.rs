@@ -73,7 +73,8 @@ pub fn work_bytes(graph: &Graph, node: TensorId) -> usize {
         Op::MulMat | Op::MulMatId => {
             let (a, b) = (graph.layout(n.src[0]), graph.layout(n.src[1]));
             // The backends' packed kernels take Q8_1-sized activation blocks for the Q8_0-dot
-            // formats (the exact Σq in the extra slot) and f32 (values rounded to f16) for F16.
+            // formats (the exact Σq in the extra slot) and f32 (values rounded to f16) for F16;
+            // the others' (Q8_1, BF16) are their dot types.
             let dot = match a.dtype {
                 GgmlType::Q8_0 | GgmlType::Q4_0 | GgmlType::Q5_0 => GgmlType::Q8_1,
                 GgmlType::F16 => GgmlType::F32,

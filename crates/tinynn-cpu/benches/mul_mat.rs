@@ -18,9 +18,10 @@ fn main() {
     divan::main();
 }
 
-const FORMATS: [GgmlType; 12] = [
+const FORMATS: [GgmlType; 13] = [
     GgmlType::F32,
     GgmlType::F16,
+    GgmlType::Bf16,
     GgmlType::Q8_0,
     GgmlType::Q4_0,
     GgmlType::Q4_1,
@@ -74,8 +75,9 @@ fn run(bencher: Bencher, ty: GgmlType, k: usize, n: usize, m: usize, threads: us
 }
 
 /// Formats with a packed (interleaved-row) layout, benched through it.
-const PACKED: [GgmlType; 6] = [
+const PACKED: [GgmlType; 7] = [
     GgmlType::F16,
+    GgmlType::Bf16,
     GgmlType::Q8_0,
     GgmlType::Q4_0,
     GgmlType::Q4_1,

@@ -12,13 +12,14 @@ use tinynn_cpu::packed::{self, PackedWeight, ACT_BLOCK_BYTES};
 use tinynn_cpu::{Executor, Memory};
 use tinynn_format::GgmlType;
 
-const FORMATS: [GgmlType; 6] = [
+const FORMATS: [GgmlType; 7] = [
     GgmlType::Q4_0,
     GgmlType::Q4_1,
     GgmlType::Q5_0,
     GgmlType::Q5_1,
     GgmlType::Q8_0,
     GgmlType::F16,
+    GgmlType::Bf16,
 ];
 
 fn noise(n: usize, seed: u64) -> Vec<f32> {
@@ -46,8 +47,11 @@ fn quantized(ty: GgmlType, k: usize, n: usize, seed: u64) -> Vec<u8> {
 /// The file format's own reference dot of weight row `row` with packed activation row `act`.
 fn reference_dot(ty: GgmlType, k: usize, row: &[u8], act: &[u8]) -> f32 {
     match ty {
-        // Q4_1's and Q5_1's dot type is Q8_1: the packed activations are exactly that.
-        GgmlType::Q4_1 | GgmlType::Q5_1 => quant::vec_dot(ty, k, row, act).unwrap(),
+        // Q4_1's and Q5_1's dot type is Q8_1, BF16's is BF16: the packed activations are
+        // exactly that.
+        GgmlType::Q4_1 | GgmlType::Q5_1 | GgmlType::Bf16 => {
+            quant::vec_dot(ty, k, row, act).unwrap()
+        }
         // Q8_0's (Q4_0's, Q5_0's) dot type is Q8_0: the same scale and quants without the
         // 16-bit slot.
         GgmlType::Q8_0 | GgmlType::Q4_0 | GgmlType::Q5_0 => {
@@ -74,6 +78,25 @@ fn reference_dot(ty: GgmlType, k: usize, row: &[u8], act: &[u8]) -> f32 {
     }
 }
 
+/// F16's and BF16's prepared activations are the values rounded to nearest even.
+fn check_float_activations(ty: GgmlType, x: &[f32], acts: &[u8]) {
+    let want: Vec<u8> = match ty {
+        GgmlType::F16 => x
+            .iter()
+            .flat_map(|&v| half::f16::from_f32(v).to_f32().to_le_bytes())
+            .collect(),
+        GgmlType::Bf16 => x
+            .iter()
+            .flat_map(|&v| half::bf16::from_f32(v).to_le_bytes())
+            .collect(),
+        _ => return,
+    };
+    assert!(
+        want == acts,
+        "{ty}: activations not rounded to nearest even"
+    );
+}
+
 fn close(a: f32, b: f32, scale: f32) -> bool {
     (a - b).abs() <= 1e-5 * scale.max(1.0) && a.is_finite() && b.is_finite()
 }
@@ -92,6 +115,7 @@ fn packed_reference_and_simd_match_the_format_reference() {
                 for (xr, ar) in x.chunks_exact(k).zip(acts.chunks_exact_mut(arb)) {
                     p.prepare_activations(xr, ar);
                 }
+                check_float_activations(ty, &x, &acts);
                 let mut want = vec![0f32; m * n];
                 let rb = quant::row_bytes(ty, k).unwrap();
                 for t in 0..m {
@@ -109,7 +133,7 @@ fn packed_reference_and_simd_match_the_format_reference() {
                         "{ty} ref k={k} n={n} m={m} [{i}]: {g} vs {e}"
                     );
                 }
-                if packed::available() {
+                if packed::packs(ty) {
                     let mut simd = vec![f32::NAN; m * n];
                     p.matmul(&acts, m, &mut simd);
                     for (i, (&g, &e)) in simd.iter().zip(&want).enumerate() {
@@ -182,7 +206,7 @@ fn executor_gives_the_same_product_with_a_packed_copy() {
         eprintln!("no AVX-512 VNNI: packed kernels not used on this machine");
         return;
     }
-    for ty in FORMATS {
+    for ty in FORMATS.into_iter().filter(|&t| packed::packs(t)) {
         let (k, n) = (192, 53);
         let w = quantized(ty, k, n, 3);
         for m in [1usize, 9, 24] {
@@ -209,7 +233,7 @@ fn the_executor_uses_the_packed_copy() {
     if !packed::available() {
         return;
     }
-    for ty in FORMATS {
+    for ty in FORMATS.into_iter().filter(|&t| packed::packs(t)) {
         let (k, n, m) = (256, 40, 13);
         let (w1, w2) = (quantized(ty, k, n, 11), quantized(ty, k, n, 12));
         let x = noise(k * m, 13);

@@ -16,6 +16,7 @@
 //! Packing happens only where the kernels exist (AVX-512 VNNI); [`PackedWeight::matmul_ref`]
 //! is the scalar oracle of the tests.
 
+mod bf16x16;
 mod f16x16;
 mod nibbles;
 mod q4_0x16;
@@ -54,6 +55,8 @@ pub enum PackKind {
     Q8_0x16,
     /// From F16: 32 × (16 rows × f16) = 1024 B.
     F16x16,
+    /// From BF16: 16 × (16 rows × bf16 pair) = 1024 B (needs AVX-512 BF16).
+    Bf16x16,
 }
 
 /// How a kind wants its activation rows.
@@ -65,6 +68,8 @@ pub enum ActFormat {
     Q8_1IntSum,
     /// f32 values rounded to f16 (exactly representable), 4 bytes each.
     F32RoundedF16,
+    /// bf16 values, 2 bytes each.
+    Bf16,
 }
 
 impl PackKind {
@@ -76,6 +81,7 @@ impl PackKind {
             GgmlType::Q5_1 => Some(PackKind::Q5_1x16),
             GgmlType::Q8_0 => Some(PackKind::Q8_0x16),
             GgmlType::F16 => Some(PackKind::F16x16),
+            GgmlType::Bf16 => Some(PackKind::Bf16x16),
             _ => None,
         }
     }
@@ -88,7 +94,7 @@ impl PackKind {
             PackKind::Q5_0x16 => nibbles::block_bytes(false, true),
             PackKind::Q5_1x16 => nibbles::block_bytes(true, true),
             PackKind::Q8_0x16 => 544,
-            PackKind::F16x16 => 1024,
+            PackKind::F16x16 | PackKind::Bf16x16 => 1024,
         }
     }
 
@@ -100,7 +106,7 @@ impl PackKind {
             PackKind::Q5_0x16 => 22,
             PackKind::Q5_1x16 => 24,
             PackKind::Q8_0x16 => 34,
-            PackKind::F16x16 => 64,
+            PackKind::F16x16 | PackKind::Bf16x16 => 64,
         }
     }
 
@@ -109,6 +115,7 @@ impl PackKind {
             PackKind::Q4_1x16 | PackKind::Q5_1x16 => ActFormat::Q8_1,
             PackKind::Q4_0x16 | PackKind::Q5_0x16 | PackKind::Q8_0x16 => ActFormat::Q8_1IntSum,
             PackKind::F16x16 => ActFormat::F32RoundedF16,
+            PackKind::Bf16x16 => ActFormat::Bf16,
         }
     }
 
@@ -120,6 +127,7 @@ impl PackKind {
             PackKind::Q5_1x16 => q5_1x16::pack_block(src, r, dst),
             PackKind::Q8_0x16 => q8_0x16::pack_block(src, r, dst),
             PackKind::F16x16 => f16x16::pack_block(src, r, dst),
+            PackKind::Bf16x16 => bf16x16::pack_block(src, r, dst),
         }
     }
 
@@ -132,6 +140,7 @@ impl PackKind {
             PackKind::Q5_1x16 => q5_1x16::dot_ref(w, nb, r, x),
             PackKind::Q8_0x16 => q8_0x16::dot_ref(w, nb, r, x),
             PackKind::F16x16 => f16x16::dot_ref(w, nb, r, x),
+            PackKind::Bf16x16 => bf16x16::dot_ref(w, nb, r, x),
         }
     }
 
@@ -139,7 +148,7 @@ impl PackKind {
     /// FMAs per weight load; the quantized kinds' unpacked weights fill half the registers.
     fn max_tile(self) -> usize {
         match self {
-            PackKind::F16x16 => 16,
+            PackKind::F16x16 | PackKind::Bf16x16 => 16,
             _ => 8,
         }
     }
@@ -171,6 +180,11 @@ impl PackKind {
                 16.. => (f16x16::tile::<16>, 16),
                 12.. => (f16x16::tile::<12>, 12),
                 _ => pick!(f16x16::tile),
+            },
+            PackKind::Bf16x16 => match n {
+                16.. => (bf16x16::tile::<16>, 16),
+                12.. => (bf16x16::tile::<12>, 12),
+                _ => pick!(bf16x16::tile),
             },
         }
     }
@@ -209,10 +223,15 @@ pub fn available() -> bool {
     Isa::detected() >= Isa::Avx512Vnni
 }
 
+/// Whether [`pack`] packs weights of type `ty` on this machine (shape permitting).
+pub fn packs(ty: GgmlType) -> bool {
+    available() && PackKind::of(ty).is_some_and(|k| k != PackKind::Bf16x16 || bf16x16::available())
+}
+
 /// Packs weight `bytes` of type `ty` and shape `ne` (contiguous rows), or `None` when the type
 /// or shape has no packed kernel or this machine lacks the instructions.
 pub fn pack(ty: GgmlType, ne: [usize; 4], bytes: &[u8]) -> Option<PackedWeight> {
-    if !available() {
+    if !packs(ty) {
         return None;
     }
     pack_always(ty, ne, bytes)
@@ -281,6 +300,7 @@ impl PackedWeight {
         match self.kind.activation_format() {
             ActFormat::Q8_1 | ActFormat::Q8_1IntSum => n / BLOCK * ACT_BLOCK_BYTES,
             ActFormat::F32RoundedF16 => n * 4,
+            ActFormat::Bf16 => n * 2,
         }
     }
 
@@ -297,6 +317,7 @@ impl PackedWeight {
             ActFormat::Q8_1 => quantize_q8::q8_1_row(x, out, false),
             ActFormat::Q8_1IntSum => quantize_q8::q8_1_row(x, out, true),
             ActFormat::F32RoundedF16 => quantize_q8::round_f16_row(x, out),
+            ActFormat::Bf16 => quantize_q8::bf16_row(x, out),
         }
     }
 
@@ -357,6 +378,7 @@ impl PackedWeight {
     /// `out` is `m × n_rows`.
     pub fn matmul(&self, acts: &[u8], m: usize, out: &mut [f32]) {
         assert!(available(), "packed kernels need AVX-512 VNNI");
+        assert!(self.kind != PackKind::Bf16x16 || bf16x16::available());
         assert_eq!(acts.len(), m * self.activation_row_bytes());
         assert_eq!(out.len(), m * self.n_rows);
         // SAFETY: sizes checked above; one thread writes everything.
