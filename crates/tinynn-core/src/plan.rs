@@ -72,9 +72,12 @@ pub fn work_bytes(graph: &Graph, node: TensorId) -> usize {
     match n.op {
         Op::MulMat | Op::MulMatId => {
             let (a, b) = (graph.layout(n.src[0]), graph.layout(n.src[1]));
-            // Q8_0 weights: the backends' packed kernels take Q8_1-sized activation blocks.
+            // The backends' packed kernels take Q8_1-sized activation blocks for the Q8_0-dot
+            // formats (the exact Σq in the extra slot) and f32 (values rounded to f16) for F16;
+            // the others' (Q8_1, BF16) are their dot types.
             let dot = match a.dtype {
-                GgmlType::Q8_0 => GgmlType::Q8_1,
+                GgmlType::Q8_0 | GgmlType::Q4_0 | GgmlType::Q5_0 => GgmlType::Q8_1,
+                GgmlType::F16 => GgmlType::F32,
                 t => quant::vec_dot_type(t).unwrap_or(t),
             };
             quant::row_bytes(dot, b.ne[0]).unwrap_or(0) * b.n_rows()

@@ -18,9 +18,10 @@ fn main() {
     divan::main();
 }
 
-const FORMATS: [GgmlType; 12] = [
+const FORMATS: [GgmlType; 13] = [
     GgmlType::F32,
     GgmlType::F16,
+    GgmlType::Bf16,
     GgmlType::Q8_0,
     GgmlType::Q4_0,
     GgmlType::Q4_1,
@@ -74,7 +75,15 @@ fn run(bencher: Bencher, ty: GgmlType, k: usize, n: usize, m: usize, threads: us
 }
 
 /// Formats with a packed (interleaved-row) layout, benched through it.
-const PACKED: [GgmlType; 2] = [GgmlType::Q8_0, GgmlType::Q4_1];
+const PACKED: [GgmlType; 7] = [
+    GgmlType::F16,
+    GgmlType::Bf16,
+    GgmlType::Q8_0,
+    GgmlType::Q4_0,
+    GgmlType::Q4_1,
+    GgmlType::Q5_0,
+    GgmlType::Q5_1,
+];
 
 fn run_with(
     bencher: Bencher,

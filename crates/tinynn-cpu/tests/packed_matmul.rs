@@ -1,4 +1,4 @@
-//! Packed weights (16 interleaved rows for the VNNI kernels): the packed layout's scalar
+//! Packed weights (16 interleaved rows for the VNNI kernels; Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, F16): the packed layout's scalar
 //! reference equals the file format's reference dot product, the SIMD kernel equals the packed
 //! reference, and a graph's matrix product gives the same numbers with and without a packed
 //! copy bound, on 1, 2 and 3 threads.
@@ -12,7 +12,15 @@ use tinynn_cpu::packed::{self, PackedWeight, ACT_BLOCK_BYTES};
 use tinynn_cpu::{Executor, Memory};
 use tinynn_format::GgmlType;
 
-const FORMATS: [GgmlType; 2] = [GgmlType::Q4_1, GgmlType::Q8_0];
+const FORMATS: [GgmlType; 7] = [
+    GgmlType::Q4_0,
+    GgmlType::Q4_1,
+    GgmlType::Q5_0,
+    GgmlType::Q5_1,
+    GgmlType::Q8_0,
+    GgmlType::F16,
+    GgmlType::Bf16,
+];
 
 fn noise(n: usize, seed: u64) -> Vec<f32> {
     let mut s = seed | 1;
@@ -39,18 +47,54 @@ fn quantized(ty: GgmlType, k: usize, n: usize, seed: u64) -> Vec<u8> {
 /// The file format's own reference dot of weight row `row` with packed activation row `act`.
 fn reference_dot(ty: GgmlType, k: usize, row: &[u8], act: &[u8]) -> f32 {
     match ty {
-        // Q4_1's dot type is Q8_1: the packed activations are exactly that.
-        GgmlType::Q4_1 => quant::vec_dot(ty, k, row, act).unwrap(),
-        // Q8_0's dot type is Q8_0: the same scale and quants without the 16-bit slot.
-        GgmlType::Q8_0 => {
+        // Q4_1's and Q5_1's dot type is Q8_1, BF16's is BF16: the packed activations are
+        // exactly that.
+        GgmlType::Q4_1 | GgmlType::Q5_1 | GgmlType::Bf16 => {
+            quant::vec_dot(ty, k, row, act).unwrap()
+        }
+        // Q8_0's (Q4_0's, Q5_0's) dot type is Q8_0: the same scale and quants without the
+        // 16-bit slot.
+        GgmlType::Q8_0 | GgmlType::Q4_0 | GgmlType::Q5_0 => {
             let q8_0: Vec<u8> = act
                 .chunks_exact(ACT_BLOCK_BYTES)
                 .flat_map(|b| b[..2].iter().chain(&b[4..]).copied())
                 .collect();
             quant::vec_dot(ty, k, row, &q8_0).unwrap()
         }
+        // F16's dot type is F16: the packed activations are f32s that are exact f16s.
+        GgmlType::F16 => {
+            let f16: Vec<u8> = act
+                .chunks_exact(4)
+                .flat_map(|b| {
+                    let v = f32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+                    let h = half::f16::from_f32(v);
+                    assert_eq!(h.to_f32(), v, "activation not rounded to f16");
+                    h.to_le_bytes()
+                })
+                .collect();
+            quant::vec_dot(ty, k, row, &f16).unwrap()
+        }
         _ => unreachable!(),
     }
+}
+
+/// F16's and BF16's prepared activations are the values rounded to nearest even.
+fn check_float_activations(ty: GgmlType, x: &[f32], acts: &[u8]) {
+    let want: Vec<u8> = match ty {
+        GgmlType::F16 => x
+            .iter()
+            .flat_map(|&v| half::f16::from_f32(v).to_f32().to_le_bytes())
+            .collect(),
+        GgmlType::Bf16 => x
+            .iter()
+            .flat_map(|&v| half::bf16::from_f32(v).to_le_bytes())
+            .collect(),
+        _ => return,
+    };
+    assert!(
+        want == acts,
+        "{ty}: activations not rounded to nearest even"
+    );
 }
 
 fn close(a: f32, b: f32, scale: f32) -> bool {
@@ -60,17 +104,18 @@ fn close(a: f32, b: f32, scale: f32) -> bool {
 #[test]
 fn packed_reference_and_simd_match_the_format_reference() {
     for ty in FORMATS {
-        for (k, n) in [(32, 1), (96, 16), (576, 37), (160, 48)] {
+        for (k, n) in [(32, 1), (96, 16), (576, 37), (160, 48), (64, 7), (320, 33)] {
             let w = quantized(ty, k, n, 7 + k as u64 + n as u64);
             let p = packed::pack_always(ty, [k, n, 1, 1], &w).unwrap();
             assert_eq!(p.shape(), [k, n]);
-            for m in [1usize, 3, 8, 11, 17] {
+            for m in [1usize, 2, 3, 5, 8, 11, 13, 17, 30] {
                 let x = noise(k * m, 99 + m as u64);
                 let arb = p.activation_row_bytes();
                 let mut acts = vec![0u8; arb * m];
                 for (xr, ar) in x.chunks_exact(k).zip(acts.chunks_exact_mut(arb)) {
-                    p.quantize_activations(xr, ar);
+                    p.prepare_activations(xr, ar);
                 }
+                check_float_activations(ty, &x, &acts);
                 let mut want = vec![0f32; m * n];
                 let rb = quant::row_bytes(ty, k).unwrap();
                 for t in 0..m {
@@ -88,7 +133,7 @@ fn packed_reference_and_simd_match_the_format_reference() {
                         "{ty} ref k={k} n={n} m={m} [{i}]: {g} vs {e}"
                     );
                 }
-                if packed::available() {
+                if packed::packs(ty) {
                     let mut simd = vec![f32::NAN; m * n];
                     p.matmul(&acts, m, &mut simd);
                     for (i, (&g, &e)) in simd.iter().zip(&want).enumerate() {
@@ -108,7 +153,8 @@ fn pack_refuses_what_it_cannot_pack() {
     let w = quantized(GgmlType::Q4_1, 64, 2, 1);
     assert!(packed::pack_always(GgmlType::Q4_1, [64, 2, 1, 1], &w[1..]).is_none());
     assert!(packed::pack_always(GgmlType::Q4_1, [64, 1, 2, 1], &w).is_none());
-    assert!(packed::pack_always(GgmlType::Q4_0, [64, 2, 1, 1], &w[..72]).is_none());
+    assert!(packed::pack_always(GgmlType::Q4_0, [64, 2, 1, 1], &w[..71]).is_none());
+    assert!(packed::pack_always(GgmlType::Q4K, [256, 1, 1, 1], &[0u8; 144]).is_none());
     assert!(packed::pack_always(GgmlType::F32, [64, 2, 1, 1], &[0u8; 512]).is_none());
 }
 
@@ -122,6 +168,19 @@ fn run_graph(
     packed: bool,
     threads: usize,
 ) -> Vec<f32> {
+    run_graph_packing(ty, w_bytes, packed.then_some(w_bytes), k, n, x, threads)
+}
+
+/// One `w · x` through the executor, with a packed copy of `packed_bytes` bound if given.
+fn run_graph_packing(
+    ty: GgmlType,
+    w_bytes: &[u8],
+    packed_bytes: Option<&[u8]>,
+    k: usize,
+    n: usize,
+    x: &[f32],
+    threads: usize,
+) -> Vec<f32> {
     let m = x.len() / k;
     let mut g = Graph::new();
     let w = g.weight("w", ty, &[k, n]).unwrap();
@@ -131,8 +190,8 @@ fn run_graph(
     let plan = Plan::compile(g);
     let mut mem = Memory::new(&plan);
     mem.bind_weight(&plan, w, w_bytes).unwrap();
-    if packed {
-        let p: PackedWeight = packed::pack(ty, [k, n, 1, 1], w_bytes).unwrap();
+    if let Some(pb) = packed_bytes {
+        let p: PackedWeight = packed::pack(ty, [k, n, 1, 1], pb).unwrap();
         mem.bind_packed(&plan, w, Arc::new(p)).unwrap();
     }
     mem.write_f32(&plan, xi, x).unwrap();
@@ -147,7 +206,7 @@ fn executor_gives_the_same_product_with_a_packed_copy() {
         eprintln!("no AVX-512 VNNI: packed kernels not used on this machine");
         return;
     }
-    for ty in FORMATS {
+    for ty in FORMATS.into_iter().filter(|&t| packed::packs(t)) {
         let (k, n) = (192, 53);
         let w = quantized(ty, k, n, 3);
         for m in [1usize, 9, 24] {
@@ -163,6 +222,26 @@ fn executor_gives_the_same_product_with_a_packed_copy() {
                     );
                 }
             }
+        }
+    }
+}
+
+/// A packed copy of other weights changes the result: the packed path really runs (the
+/// planner's work buffer is large enough for its activations).
+#[test]
+fn the_executor_uses_the_packed_copy() {
+    if !packed::available() {
+        return;
+    }
+    for ty in FORMATS.into_iter().filter(|&t| packed::packs(t)) {
+        let (k, n, m) = (256, 40, 13);
+        let (w1, w2) = (quantized(ty, k, n, 11), quantized(ty, k, n, 12));
+        let x = noise(k * m, 13);
+        let want = run_graph(ty, &w2, k, n, &x, false, 1);
+        let scale = want.iter().fold(0f32, |a, v| a.max(v.abs()));
+        let got = run_graph_packing(ty, &w1, Some(&w2), k, n, &x, 2);
+        for (i, (&g, &e)) in got.iter().zip(&want).enumerate() {
+            assert!(close(g, e, scale), "{ty} [{i}]: {g} vs {e}");
         }
     }
 }

@@ -8,7 +8,7 @@ use tinynn_format::GgmlType;
 
 use super::copy::{convert_activations, read_chunk, CHUNK};
 use super::{row_index, split, RawTensor, StepArgs, ERR_KERNEL};
-use crate::packed::{PackedWeight, ACT_BLOCK_BYTES};
+use crate::packed::PackedWeight;
 use crate::pool::Ctx;
 use crate::simd;
 
@@ -85,8 +85,8 @@ pub(crate) fn mul_mat(a: &StepArgs<'_>, ctx: &Ctx<'_>) {
     }
 }
 
-/// A product with a packed weight (see `crate::packed`): each thread quantizes its share of
-/// the activation rows into the work buffer, a barrier, then each thread runs its share of the
+/// A product with a packed weight (see `crate::packed`): each thread prepares its share of
+/// the activation rows (quantized, or rounded to f16) into the work buffer, a barrier, then each thread runs its share of the
 /// 16-row groups over all rows. `dst` is contiguous F32 `[n, rows…]`.
 fn mul_mat_packed(p: &PackedWeight, a: &StepArgs<'_>, ctx: &Ctx<'_>) {
     let (x, dst) = (a.src(1), a.dst);
@@ -99,7 +99,7 @@ fn mul_mat_packed(p: &PackedWeight, a: &StepArgs<'_>, ctx: &Ctx<'_>) {
         let out = unsafe { std::slice::from_raw_parts_mut(a.work.add(r * arb), arb) };
         if x.layout.nb[0] == 4 {
             // SAFETY: row r of x holds k contiguous f32s.
-            p.quantize_activations(unsafe { x.row_f32(i1, i2, i3) }, out);
+            p.prepare_activations(unsafe { x.row_f32(i1, i2, i3) }, out);
             continue;
         }
         let mut c0 = 0;
@@ -109,9 +109,9 @@ fn mul_mat_packed(p: &PackedWeight, a: &StepArgs<'_>, ctx: &Ctx<'_>) {
             if !unsafe { read_chunk(&x, (i1, i2, i3), c0, &mut buf[..len]) } {
                 a.errors.record(ERR_KERNEL, 0);
             }
-            p.quantize_activations(
+            p.prepare_activations(
                 &buf[..len],
-                &mut out[c0 / 32 * ACT_BLOCK_BYTES..][..len / 32 * ACT_BLOCK_BYTES],
+                &mut out[p.activation_bytes(c0)..][..p.activation_bytes(len)],
             );
             c0 += len;
         }

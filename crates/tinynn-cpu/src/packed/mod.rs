@@ -7,14 +7,22 @@
 //! reuses each unpacked weight register 8 times (the prefill GEMM). Decode (one token) reads
 //! the same layout at memory speed.
 //!
-//! Activations are Q8_1 blocks (36 bytes: f16 scale, a 16-bit slot, 32 × i8). For Q4_1 the
-//! slot is ggml's `s = d·Σq` (f16); for Q8_0, whose quants are stored biased by +128 (u8), the
-//! slot is the exact i16 `Σq` that removes the bias.
+//! Activations of the quantized kinds are Q8_1 blocks (36 bytes: f16 scale, a 16-bit slot,
+//! 32 × i8). For the kinds with a min (Q4_1, Q5_1) the slot is ggml's `s = d·Σq` (f16); for
+//! the kinds whose weights are stored with a bias (Q4_0 `q + 8`, Q5_0 `q + 16`, Q8_0 `q + 128`
+//! as u8, the unsigned operand of `vpdpbusd`) it is the exact i16 `Σq` that removes the bias.
+//! F16 weights take f32 activations rounded to f16 (see [`f16x16`]).
 //!
 //! Packing happens only where the kernels exist (AVX-512 VNNI); [`PackedWeight::matmul_ref`]
 //! is the scalar oracle of the tests.
 
+mod bf16x16;
+mod f16x16;
+mod nibbles;
+mod q4_0x16;
 mod q4_1x16;
+mod q5_0x16;
+mod q5_1x16;
 mod q8_0x16;
 
 use std::ops::Range;
@@ -27,23 +35,53 @@ use crate::simd::Isa;
 
 /// Rows interleaved in one group.
 pub const GROUP_ROWS: usize = 16;
-/// Bytes of one activation block (Q8_1 layout).
+/// Bytes of one activation block (Q8_1 layout) of the quantized kinds.
 pub const ACT_BLOCK_BYTES: usize = 36;
+/// Elements of one packed block (of every kind).
+const BLOCK: usize = 32;
 
-/// The packed layouts.
+/// The packed layouts (per 32-element block of a 16-row group).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum PackKind {
-    /// From Q4_1: per block 16 × f16 d, 16 × f16 m, 4 × (16 rows × 4 nibble bytes) = 320 B.
+    /// From Q4_0: 16 × f16 d, 4 × (16 rows × 4 nibble bytes) = 288 B (18 B a row, as the file).
+    Q4_0x16,
+    /// From Q4_1: 16 × f16 d, 16 × f16 m, 4 × 64 nibble bytes = 320 B.
     Q4_1x16,
-    /// From Q8_0: per block 16 × f16 d, 8 × (16 rows × 4 bytes of q + 128) = 544 B.
+    /// From Q5_0: 16 × f16 d, 8 × u64 bit-planes of the 5th bits, 4 × 64 nibble bytes = 352 B.
+    Q5_0x16,
+    /// From Q5_1: 16 × f16 d, 16 × f16 m, 8 × u64 bit-planes, 4 × 64 nibble bytes = 384 B.
+    Q5_1x16,
+    /// From Q8_0: 16 × f16 d, 8 × (16 rows × 4 bytes of q + 128) = 544 B.
     Q8_0x16,
+    /// From F16: 32 × (16 rows × f16) = 1024 B.
+    F16x16,
+    /// From BF16: 16 × (16 rows × bf16 pair) = 1024 B (needs AVX-512 BF16).
+    Bf16x16,
+}
+
+/// How a kind wants its activation rows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ActFormat {
+    /// Q8_1 blocks with `s = d·Σq` in the 16-bit slot.
+    Q8_1,
+    /// Q8_1 blocks with the exact i16 `Σq` in the 16-bit slot.
+    Q8_1IntSum,
+    /// f32 values rounded to f16 (exactly representable), 4 bytes each.
+    F32RoundedF16,
+    /// bf16 values, 2 bytes each.
+    Bf16,
 }
 
 impl PackKind {
     fn of(ty: GgmlType) -> Option<PackKind> {
         match ty {
+            GgmlType::Q4_0 => Some(PackKind::Q4_0x16),
             GgmlType::Q4_1 => Some(PackKind::Q4_1x16),
+            GgmlType::Q5_0 => Some(PackKind::Q5_0x16),
+            GgmlType::Q5_1 => Some(PackKind::Q5_1x16),
             GgmlType::Q8_0 => Some(PackKind::Q8_0x16),
+            GgmlType::F16 => Some(PackKind::F16x16),
+            GgmlType::Bf16 => Some(PackKind::Bf16x16),
             _ => None,
         }
     }
@@ -51,9 +89,123 @@ impl PackKind {
     /// Bytes of one group's block.
     fn block_bytes(self) -> usize {
         match self {
-            PackKind::Q4_1x16 => 320,
+            PackKind::Q4_0x16 => nibbles::block_bytes(false, false),
+            PackKind::Q4_1x16 => nibbles::block_bytes(true, false),
+            PackKind::Q5_0x16 => nibbles::block_bytes(false, true),
+            PackKind::Q5_1x16 => nibbles::block_bytes(true, true),
             PackKind::Q8_0x16 => 544,
+            PackKind::F16x16 | PackKind::Bf16x16 => 1024,
         }
+    }
+
+    /// Bytes of one row's block in the file format.
+    fn source_block_bytes(self) -> usize {
+        match self {
+            PackKind::Q4_0x16 => 18,
+            PackKind::Q4_1x16 => 20,
+            PackKind::Q5_0x16 => 22,
+            PackKind::Q5_1x16 => 24,
+            PackKind::Q8_0x16 => 34,
+            PackKind::F16x16 | PackKind::Bf16x16 => 64,
+        }
+    }
+
+    pub fn activation_format(self) -> ActFormat {
+        match self {
+            PackKind::Q4_1x16 | PackKind::Q5_1x16 => ActFormat::Q8_1,
+            PackKind::Q4_0x16 | PackKind::Q5_0x16 | PackKind::Q8_0x16 => ActFormat::Q8_1IntSum,
+            PackKind::F16x16 => ActFormat::F32RoundedF16,
+            PackKind::Bf16x16 => ActFormat::Bf16,
+        }
+    }
+
+    fn pack_block(self, src: &[u8], r: usize, dst: &mut [u8]) {
+        match self {
+            PackKind::Q4_0x16 => q4_0x16::pack_block(src, r, dst),
+            PackKind::Q4_1x16 => q4_1x16::pack_block(src, r, dst),
+            PackKind::Q5_0x16 => q5_0x16::pack_block(src, r, dst),
+            PackKind::Q5_1x16 => q5_1x16::pack_block(src, r, dst),
+            PackKind::Q8_0x16 => q8_0x16::pack_block(src, r, dst),
+            PackKind::F16x16 => f16x16::pack_block(src, r, dst),
+            PackKind::Bf16x16 => bf16x16::pack_block(src, r, dst),
+        }
+    }
+
+    /// Row `r` of a group (`nb` blocks at `w`) · activation row `x`, from the packed bytes.
+    fn dot_ref(self, w: &[u8], nb: usize, r: usize, x: &[u8]) -> f32 {
+        match self {
+            PackKind::Q4_0x16 => q4_0x16::dot_ref(w, nb, r, x),
+            PackKind::Q4_1x16 => q4_1x16::dot_ref(w, nb, r, x),
+            PackKind::Q5_0x16 => q5_0x16::dot_ref(w, nb, r, x),
+            PackKind::Q5_1x16 => q5_1x16::dot_ref(w, nb, r, x),
+            PackKind::Q8_0x16 => q8_0x16::dot_ref(w, nb, r, x),
+            PackKind::F16x16 => f16x16::dot_ref(w, nb, r, x),
+            PackKind::Bf16x16 => bf16x16::dot_ref(w, nb, r, x),
+        }
+    }
+
+    /// Most tokens of one tile: F16's has no unpacking to share and needs more independent
+    /// FMAs per weight load; the quantized kinds' unpacked weights fill half the registers.
+    fn max_tile(self) -> usize {
+        match self {
+            PackKind::F16x16 | PackKind::Bf16x16 => 16,
+            _ => 8,
+        }
+    }
+
+    /// The SIMD kernel for a tile of at most `n` (1..=`max_tile`) tokens and how many it takes.
+    #[cfg(target_arch = "x86_64")]
+    fn tile(self, n: usize) -> (TileFn, usize) {
+        macro_rules! pick {
+            ($($f:ident)::+ $(, $c:expr)*) => {
+                match n {
+                    8.. => ($($f)::+::<8 $(, $c)*> as TileFn, 8),
+                    7 => ($($f)::+::<7 $(, $c)*>, 7),
+                    6 => ($($f)::+::<6 $(, $c)*>, 6),
+                    5 => ($($f)::+::<5 $(, $c)*>, 5),
+                    4 => ($($f)::+::<4 $(, $c)*>, 4),
+                    3 => ($($f)::+::<3 $(, $c)*>, 3),
+                    2 => ($($f)::+::<2 $(, $c)*>, 2),
+                    _ => ($($f)::+::<1 $(, $c)*>, 1),
+                }
+            };
+        }
+        match self {
+            PackKind::Q4_0x16 => pick!(nibbles::tile, false, false, 8),
+            PackKind::Q4_1x16 => pick!(nibbles::tile, true, false, 0),
+            PackKind::Q5_0x16 => pick!(nibbles::tile, false, true, 16),
+            PackKind::Q5_1x16 => pick!(nibbles::tile, true, true, 0),
+            PackKind::Q8_0x16 => pick!(q8_0x16::tile),
+            PackKind::F16x16 => match n {
+                16.. => (f16x16::tile::<16>, 16),
+                12.. => (f16x16::tile::<12>, 12),
+                _ => pick!(f16x16::tile),
+            },
+            PackKind::Bf16x16 => match n {
+                16.. => (bf16x16::tile::<16>, 16),
+                12.. => (bf16x16::tile::<12>, 12),
+                _ => pick!(bf16x16::tile),
+            },
+        }
+    }
+}
+
+/// A tile kernel: `(w, nb, x, x_stride, out, out_stride, valid)` computes `T` tokens (activation
+/// rows at `x + t·x_stride`) against one group's `nb` blocks at `w`, storing the `valid` first
+/// of the 16 columns at `out + t·out_stride` (f32s).
+///
+/// Safety of a call: the instructions of the kernel are present, the group, the activation
+/// rows and the output columns are in bounds, and no other thread writes those columns.
+#[cfg(target_arch = "x86_64")]
+type TileFn = unsafe fn(*const u8, usize, *const u8, usize, *mut f32, usize, usize);
+
+/// The store mask of the `valid` first lanes.
+#[cfg(target_arch = "x86_64")]
+fn lanes(valid: usize) -> u16 {
+    if valid >= 16 {
+        0xFFFF
+    } else {
+        (1u16 << valid) - 1
     }
 }
 
@@ -71,10 +223,15 @@ pub fn available() -> bool {
     Isa::detected() >= Isa::Avx512Vnni
 }
 
+/// Whether [`pack`] packs weights of type `ty` on this machine (shape permitting).
+pub fn packs(ty: GgmlType) -> bool {
+    available() && PackKind::of(ty).is_some_and(|k| k != PackKind::Bf16x16 || bf16x16::available())
+}
+
 /// Packs weight `bytes` of type `ty` and shape `ne` (contiguous rows), or `None` when the type
 /// or shape has no packed kernel or this machine lacks the instructions.
 pub fn pack(ty: GgmlType, ne: [usize; 4], bytes: &[u8]) -> Option<PackedWeight> {
-    if !available() {
+    if !packs(ty) {
         return None;
     }
     pack_always(ty, ne, bytes)
@@ -84,26 +241,24 @@ pub fn pack(ty: GgmlType, ne: [usize; 4], bytes: &[u8]) -> Option<PackedWeight> 
 pub fn pack_always(ty: GgmlType, ne: [usize; 4], bytes: &[u8]) -> Option<PackedWeight> {
     let kind = PackKind::of(ty)?;
     let [k, n_rows, n2, n3] = ne;
-    if n2 != 1 || n3 != 1 || k == 0 || n_rows == 0 || !k.is_multiple_of(32) {
+    if n2 != 1 || n3 != 1 || k == 0 || n_rows == 0 || !k.is_multiple_of(BLOCK) {
         return None;
     }
     let row_bytes = quant::row_bytes(ty, k).ok()?;
     if bytes.len() != row_bytes.checked_mul(n_rows)? {
         return None;
     }
-    let nb = k / 32;
+    let (nb, bb, sb) = (k / BLOCK, kind.block_bytes(), kind.source_block_bytes());
+    debug_assert_eq!(nb * sb, row_bytes);
     let n_groups = n_rows.div_ceil(GROUP_ROWS);
-    let mut data = AlignedBuf::zeroed(n_groups * nb * kind.block_bytes());
+    let mut data = AlignedBuf::zeroed(n_groups * nb * bb);
     let out = data.as_bytes_mut();
     for g in 0..n_groups {
         for r in 0..GROUP_ROWS.min(n_rows - g * GROUP_ROWS) {
             let row = &bytes[(g * GROUP_ROWS + r) * row_bytes..][..row_bytes];
             for b in 0..nb {
-                let dst = &mut out[(g * nb + b) * kind.block_bytes()..][..kind.block_bytes()];
-                match kind {
-                    PackKind::Q4_1x16 => q4_1x16::pack_block(&row[b * 20..][..20], r, dst),
-                    PackKind::Q8_0x16 => q8_0x16::pack_block(&row[b * 34..][..34], r, dst),
-                }
+                let dst = &mut out[(g * nb + b) * bb..][..bb];
+                kind.pack_block(&row[b * sb..][..sb], r, dst);
             }
         }
     }
@@ -140,19 +295,34 @@ impl PackedWeight {
         self.n_rows.div_ceil(GROUP_ROWS)
     }
 
-    /// Bytes of one quantized activation row.
-    pub fn activation_row_bytes(&self) -> usize {
-        self.k / 32 * ACT_BLOCK_BYTES
+    /// Bytes of `n` (whole 32-element blocks) prepared activations.
+    pub fn activation_bytes(&self, n: usize) -> usize {
+        match self.kind.activation_format() {
+            ActFormat::Q8_1 | ActFormat::Q8_1IntSum => n / BLOCK * ACT_BLOCK_BYTES,
+            ActFormat::F32RoundedF16 => n * 4,
+            ActFormat::Bf16 => n * 2,
+        }
     }
 
-    /// Quantizes f32 activations (a row, or a run of whole blocks of one) into `out`
-    /// (`x.len() / 32` blocks of [`ACT_BLOCK_BYTES`]).
-    pub fn quantize_activations(&self, x: &[f32], out: &mut [u8]) {
-        crate::simd::quantize_q8::q8_1_row(x, out, self.kind == PackKind::Q8_0x16);
+    /// Bytes of one prepared activation row.
+    pub fn activation_row_bytes(&self) -> usize {
+        self.activation_bytes(self.k)
+    }
+
+    /// Converts f32 activations (a row, or a run of whole blocks of one) into the kind's
+    /// activation format in `out` (`activation_bytes(x.len())` bytes).
+    pub fn prepare_activations(&self, x: &[f32], out: &mut [u8]) {
+        use crate::simd::quantize_q8;
+        match self.kind.activation_format() {
+            ActFormat::Q8_1 => quantize_q8::q8_1_row(x, out, false),
+            ActFormat::Q8_1IntSum => quantize_q8::q8_1_row(x, out, true),
+            ActFormat::F32RoundedF16 => quantize_q8::round_f16_row(x, out),
+            ActFormat::Bf16 => quantize_q8::bf16_row(x, out),
+        }
     }
 
     /// `out[t·out_stride + n] = Σ_k w[n, k] · x_t[k]` for tokens `t < m` and the rows of
-    /// `groups`, with `x_t` the quantized activation row at `acts[t·act_stride..]`.
+    /// `groups`, with `x_t` the prepared activation row at `acts[t·act_stride..]`.
     ///
     /// # Safety
     /// `acts` holds `m` rows of `activation_row_bytes()` at stride `act_stride`; `out` has room
@@ -167,22 +337,39 @@ impl PackedWeight {
         out_stride: usize,
         groups: Range<usize>,
     ) {
-        let nb = self.k / 32;
+        let nb = self.k / BLOCK;
         let gb = nb * self.kind.block_bytes();
         for g in groups {
-            let w = self.data.as_bytes()[g * gb..][..gb].as_ptr();
+            let w = &self.data.as_bytes()[g * gb..][..gb];
             let valid = GROUP_ROWS.min(self.n_rows - g * GROUP_ROWS);
-            // SAFETY: forwarded from the caller; the group's columns start at g·16.
-            unsafe {
-                let out_g = out.add(g * GROUP_ROWS);
-                match self.kind {
-                    PackKind::Q4_1x16 => {
-                        q4_1x16::matmul_group(w, nb, acts, act_stride, m, out_g, out_stride, valid)
-                    }
-                    PackKind::Q8_0x16 => {
-                        q8_0x16::matmul_group(w, nb, acts, act_stride, m, out_g, out_stride, valid)
+            let mut t = 0;
+            while t < m {
+                #[cfg(target_arch = "x86_64")]
+                let (tile, n) = self.kind.tile((m - t).min(self.kind.max_tile()));
+                #[cfg(not(target_arch = "x86_64"))]
+                let n = (m - t).min(self.kind.max_tile());
+                // SAFETY: forwarded from the caller: tokens t..t+n exist, the group's columns
+                // start at g·16; packing (hence this call) implies the kernels' instructions.
+                unsafe {
+                    let (x, o) = (
+                        acts.add(t * act_stride),
+                        out.add(g * GROUP_ROWS + t * out_stride),
+                    );
+                    #[cfg(target_arch = "x86_64")]
+                    tile(w.as_ptr(), nb, x, act_stride, o, out_stride, valid);
+                    #[cfg(not(target_arch = "x86_64"))]
+                    for i in 0..n {
+                        // Never packed off x86 (see `available`); the reference stays correct.
+                        let xs = std::slice::from_raw_parts(
+                            x.add(i * act_stride),
+                            self.activation_row_bytes(),
+                        );
+                        for r in 0..valid {
+                            *o.add(i * out_stride + r) = self.kind.dot_ref(w, nb, r, xs);
+                        }
                     }
                 }
+                t += n;
             }
         }
     }
@@ -191,6 +378,7 @@ impl PackedWeight {
     /// `out` is `m × n_rows`.
     pub fn matmul(&self, acts: &[u8], m: usize, out: &mut [f32]) {
         assert!(available(), "packed kernels need AVX-512 VNNI");
+        assert!(self.kind != PackKind::Bf16x16 || bf16x16::available());
         assert_eq!(acts.len(), m * self.activation_row_bytes());
         assert_eq!(out.len(), m * self.n_rows);
         // SAFETY: sizes checked above; one thread writes everything.
@@ -210,17 +398,14 @@ impl PackedWeight {
     pub fn matmul_ref(&self, acts: &[u8], m: usize, out: &mut [f32]) {
         assert_eq!(acts.len(), m * self.activation_row_bytes());
         assert_eq!(out.len(), m * self.n_rows);
-        let nb = self.k / 32;
+        let nb = self.k / BLOCK;
         let gb = nb * self.kind.block_bytes();
         for t in 0..m {
             let x = &acts[t * self.activation_row_bytes()..][..self.activation_row_bytes()];
             for n in 0..self.n_rows {
                 let (g, r) = (n / GROUP_ROWS, n % GROUP_ROWS);
                 let w = &self.data.as_bytes()[g * gb..][..gb];
-                out[t * self.n_rows + n] = match self.kind {
-                    PackKind::Q4_1x16 => q4_1x16::dot_ref(w, nb, r, x),
-                    PackKind::Q8_0x16 => q8_0x16::dot_ref(w, nb, r, x),
-                };
+                out[t * self.n_rows + n] = self.kind.dot_ref(w, nb, r, x);
             }
         }
     }

@@ -33,59 +33,8 @@ pub(super) fn dot_ref(w: &[u8], nb: usize, r: usize, x: &[u8]) -> f32 {
     acc
 }
 
-/// All `m` tokens against one group (see `PackedWeight::matmul_raw`).
-///
-/// # Safety
-/// As `PackedWeight::matmul_raw`, for the group at `w` and the columns at `out`.
-#[allow(clippy::too_many_arguments)]
-pub(super) unsafe fn matmul_group(
-    w: *const u8,
-    nb: usize,
-    acts: *const u8,
-    act_stride: usize,
-    m: usize,
-    out: *mut f32,
-    out_stride: usize,
-    valid: usize,
-) {
-    #[cfg(target_arch = "x86_64")]
-    {
-        let mut t = 0;
-        while t < m {
-            let n = (m - t).min(8);
-            // SAFETY: forwarded; tokens t..t+n exist.
-            unsafe {
-                let (x, o) = (acts.add(t * act_stride), out.add(t * out_stride));
-                let f = match n {
-                    8 => avx512::tile::<8>,
-                    7 => avx512::tile::<7>,
-                    6 => avx512::tile::<6>,
-                    5 => avx512::tile::<5>,
-                    4 => avx512::tile::<4>,
-                    3 => avx512::tile::<3>,
-                    2 => avx512::tile::<2>,
-                    _ => avx512::tile::<1>,
-                };
-                f(w, nb, x, act_stride, o, out_stride, valid);
-            }
-            t += n;
-        }
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        // Never packed off x86 (see `packed::available`); the reference keeps this correct.
-        for t in 0..m {
-            // SAFETY: forwarded from the caller.
-            unsafe {
-                let w = std::slice::from_raw_parts(w, nb * 544);
-                let x = std::slice::from_raw_parts(acts.add(t * act_stride), nb * ACT_BLOCK_BYTES);
-                for r in 0..valid {
-                    *out.add(t * out_stride + r) = dot_ref(w, nb, r, x);
-                }
-            }
-        }
-    }
-}
+#[cfg(target_arch = "x86_64")]
+pub(super) use avx512::tile;
 
 #[cfg(target_arch = "x86_64")]
 mod avx512 {
@@ -94,9 +43,9 @@ mod avx512 {
     /// `T` tokens × 16 rows over `nb` blocks.
     ///
     /// # Safety
-    /// AVX-512 F/BW + VNNI + F16C present; pointers as in `matmul_group`.
+    /// AVX-512 F/BW + VNNI + F16C present; pointers as in `super::super::TileFn`.
     #[target_feature(enable = "avx512f,avx512bw,avx512vnni,f16c,fma")]
-    pub(super) unsafe fn tile<const T: usize>(
+    pub(in super::super) unsafe fn tile<const T: usize>(
         w: *const u8,
         nb: usize,
         x: *const u8,
@@ -130,11 +79,7 @@ mod avx512 {
                 }
             }
         }
-        let mask: __mmask16 = if valid >= 16 {
-            0xFFFF
-        } else {
-            (1u16 << valid) - 1
-        };
+        let mask = super::super::lanes(valid);
         for (t, ft) in f.iter().enumerate() {
             // SAFETY: the `valid` columns of token t's output row are this thread's (caller).
             unsafe { _mm512_mask_storeu_ps(out.add(t * out_stride), mask, *ft) };

@@ -102,3 +102,79 @@ unsafe fn f32_to_f16_avx512(src: *const f32, dst: *mut u8, n: usize) -> usize {
     }
     i
 }
+
+/// `out` (4 bytes a value) = `x` rounded to the nearest f16 (ties to even), as f32: the
+/// activations of packed F16 weights.
+pub fn round_f16_row(x: &[f32], out: &mut [u8]) {
+    assert_eq!(out.len(), x.len() * 4);
+    let mut i = 0;
+    #[cfg(target_arch = "x86_64")]
+    if super::vexp::available() {
+        // SAFETY: AVX-512F checked; sizes asserted above.
+        i = unsafe { round_f16_avx512(x, out) };
+    }
+    for (v, o) in x[i..].iter().zip(out[4 * i..].chunks_exact_mut(4)) {
+        o.copy_from_slice(&half::f16_to_f32(half::f32_to_f16(*v)).to_le_bytes());
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,f16c")]
+unsafe fn round_f16_avx512(x: &[f32], out: &mut [u8]) -> usize {
+    let mut i = 0;
+    while i + 16 <= x.len() {
+        // SAFETY: 16 values from i in x, 64 bytes from 4i in out (sizes from the caller).
+        unsafe {
+            let h = _mm512_cvtps_ph::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(
+                _mm512_loadu_ps(x.as_ptr().add(i)),
+            );
+            _mm512_storeu_ps(out.as_mut_ptr().add(4 * i) as *mut f32, _mm512_cvtph_ps(h));
+        }
+        i += 16;
+    }
+    i
+}
+
+/// `out` (2 bytes a value) = `x` as bf16, rounded as `half::f32_to_bf16` (ggml's rounding:
+/// nearest even, NaN kept quiet): the activations of packed BF16 weights.
+pub fn bf16_row(x: &[f32], out: &mut [u8]) {
+    assert_eq!(out.len(), x.len() * 2);
+    let mut i = 0;
+    #[cfg(target_arch = "x86_64")]
+    if super::vexp::available() {
+        // SAFETY: AVX-512F checked; sizes asserted above.
+        i = unsafe { bf16_avx512(x, out) };
+    }
+    for (v, o) in x[i..].iter().zip(out[2 * i..].chunks_exact_mut(2)) {
+        o.copy_from_slice(&half::f32_to_bf16(*v).to_le_bytes());
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn bf16_avx512(x: &[f32], out: &mut [u8]) -> usize {
+    let (abs, inf) = (
+        _mm512_set1_epi32(0x7fff_ffff),
+        _mm512_set1_epi32(0x7f80_0000),
+    );
+    let (half_ulp, one, quiet) = (
+        _mm512_set1_epi32(0x7fff),
+        _mm512_set1_epi32(1),
+        _mm512_set1_epi32(64),
+    );
+    let mut i = 0;
+    while i + 16 <= x.len() {
+        // SAFETY: 16 values from i in x, 32 bytes from 2i in out (sizes from the caller).
+        unsafe {
+            let u = _mm512_loadu_si512(x.as_ptr().add(i) as *const __m512i);
+            let odd = _mm512_and_si512(_mm512_srli_epi32::<16>(u), one);
+            let rounded = _mm512_add_epi32(u, _mm512_add_epi32(half_ulp, odd));
+            let nan = _mm512_cmpgt_epi32_mask(_mm512_and_si512(u, abs), inf);
+            let v = _mm512_mask_or_epi32(rounded, nan, u, _mm512_slli_epi32::<16>(quiet));
+            let h = _mm512_cvtepi32_epi16(_mm512_srli_epi32::<16>(v));
+            _mm256_storeu_si256(out.as_mut_ptr().add(2 * i) as *mut __m256i, h);
+        }
+        i += 16;
+    }
+    i
+}

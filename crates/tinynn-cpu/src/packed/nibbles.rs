@@ -1,0 +1,164 @@
+//! The layout and SIMD kernel shared by the 4- and 5-bit kinds (Q4_0, Q4_1, Q5_0, Q5_1).
+//!
+//! Group block: `d[16]` f16; with a min, `m[16]` f16; with a 5th bit, 8 bit-planes of 64 bits
+//! (see below); then for j in 0..4 the 16 rows' quant bytes `4j..4j+4` (64 B). A byte's low
+//! nibble is element `i`, its high nibble element `i + 16`, as in the file formats.
+//!
+//! The 5th bits are stored as `vpdpbusd`-lane masks: plane `j` (at `8j`) has bit `4r + i` set
+//! when element `4j + i` of row `r` has its 5th bit, plane `4 + j` (at `32 + 8j`) the same for
+//! element `16 + 4j + i`. One `kmov` and one masked byte add put the bit in place, and the
+//! block keeps the file's size (5.5 bits a weight for Q5_0, 6 for Q5_1): decode is bound by
+//! the bytes it reads, so whole 5-bit bytes (8.5 bits a weight) would cost ~55% more there.
+//!
+//! Weights without a min are stored biased (`q + off`, unsigned); the activation block's exact
+//! `Σqa` removes the bias: `Σ (q − off)·qa = Σ q·qa − off·Σqa`.
+
+/// Bytes of a group block.
+pub(super) const fn block_bytes(min: bool, high: bool) -> usize {
+    quants_at(min, high) + 256
+}
+
+/// Offset of `m[16]`.
+pub(super) const M_AT: usize = 32;
+
+/// Offset of the 5th-bit planes.
+pub(super) const fn planes_at(min: bool) -> usize {
+    if min {
+        64
+    } else {
+        32
+    }
+}
+
+/// Offset of the quant bytes.
+pub(super) const fn quants_at(min: bool, high: bool) -> usize {
+    planes_at(min) + if high { 64 } else { 0 }
+}
+
+/// Writes row `r`'s 16 quant bytes (and, with `qh`, its 5th bits) into a group block.
+pub(super) fn pack_quants(qs: &[u8], qh: Option<u32>, min: bool, r: usize, dst: &mut [u8]) {
+    let qa = quants_at(min, qh.is_some());
+    for j in 0..4 {
+        dst[qa + 64 * j + 4 * r..][..4].copy_from_slice(&qs[4 * j..][..4]);
+    }
+    if let Some(qh) = qh {
+        let pa = planes_at(min);
+        for e in 0..32 {
+            if qh >> e & 1 == 1 {
+                // Element e = 16·h + 4j + i lies in plane 4h + j, lane byte 4r + i.
+                let (h, j, i) = (e / 16, e % 16 / 4, e % 4);
+                let bit = 4 * r + i;
+                dst[pa + 8 * (4 * h + j) + bit / 8] |= 1 << (bit % 8);
+            }
+        }
+    }
+}
+
+/// The 32 quants (5-bit when `high`) of row `r` in a group block, from the packed bytes.
+pub(super) fn unpack_ref(wb: &[u8], min: bool, high: bool, r: usize) -> [u8; 32] {
+    let (qa, pa) = (quants_at(min, high), planes_at(min));
+    let mut q = [0u8; 32];
+    for j in 0..4 {
+        for i in 0..4 {
+            let byte = wb[qa + 64 * j + 4 * r + i];
+            q[4 * j + i] = byte & 0x0F;
+            q[16 + 4 * j + i] = byte >> 4;
+            if high {
+                let bit = 4 * r + i;
+                for h in 0..2 {
+                    let plane = &wb[pa + 8 * (4 * h + j)..][..8];
+                    q[16 * h + 4 * j + i] |= (plane[bit / 8] >> (bit % 8) & 1) << 4;
+                }
+            }
+        }
+    }
+    q
+}
+
+#[cfg(target_arch = "x86_64")]
+pub(super) use avx512::tile;
+
+#[cfg(target_arch = "x86_64")]
+mod avx512 {
+    use std::arch::x86_64::*;
+
+    use super::{block_bytes, planes_at, quants_at, M_AT};
+
+    /// `T` tokens × 16 rows over `nb` blocks; `MIN`: a min per row (activation slot `s`),
+    /// `HIGH`: 5th-bit planes, `OFF`: the bias of min-less weights (activation slot `Σqa`).
+    ///
+    /// # Safety
+    /// AVX-512 F/BW + VNNI + F16C present; pointers as in `super::super::TileFn`.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vnni,f16c,fma")]
+    pub(in super::super) unsafe fn tile<
+        const T: usize,
+        const MIN: bool,
+        const HIGH: bool,
+        const OFF: i32,
+    >(
+        w: *const u8,
+        nb: usize,
+        x: *const u8,
+        x_stride: usize,
+        out: *mut f32,
+        out_stride: usize,
+        valid: usize,
+    ) {
+        let (bb, pa, qa) = (block_bytes(MIN, HIGH), planes_at(MIN), quants_at(MIN, HIGH));
+        let m4 = _mm512_set1_epi8(0x0F);
+        let b4 = _mm512_set1_epi8(0x10);
+        let mut f = [_mm512_setzero_ps(); T];
+        for b in 0..nb {
+            // SAFETY: block b of the group and of every token row is in bounds (caller).
+            unsafe {
+                let wb = w.add(b * bb);
+                let d = _mm512_cvtph_ps(_mm256_loadu_si256(wb as *const __m256i));
+                let mn = if MIN {
+                    _mm512_cvtph_ps(_mm256_loadu_si256(wb.add(M_AT) as *const __m256i))
+                } else {
+                    _mm512_setzero_ps()
+                };
+                let mut lo = [_mm512_setzero_si512(); 4];
+                let mut hi = [_mm512_setzero_si512(); 4];
+                for j in 0..4 {
+                    let q = _mm512_loadu_si512(wb.add(qa + 64 * j) as *const __m512i);
+                    lo[j] = _mm512_and_si512(q, m4);
+                    hi[j] = _mm512_and_si512(_mm512_srli_epi16(q, 4), m4);
+                    if HIGH {
+                        let kl = (wb.add(pa + 8 * j) as *const u64).read_unaligned();
+                        let kh = (wb.add(pa + 32 + 8 * j) as *const u64).read_unaligned();
+                        lo[j] = _mm512_mask_add_epi8(lo[j], kl, lo[j], b4);
+                        hi[j] = _mm512_mask_add_epi8(hi[j], kh, hi[j], b4);
+                    }
+                }
+                for (t, ft) in f.iter_mut().enumerate() {
+                    let xb = x.add(t * x_stride + b * 36);
+                    let head = (xb as *const i32).read_unaligned();
+                    let ds = _mm_cvtph_ps(_mm_cvtsi32_si128(head));
+                    let mut acc = if MIN {
+                        _mm512_setzero_si512()
+                    } else {
+                        _mm512_set1_epi32(-OFF * i32::from((head >> 16) as i16))
+                    };
+                    for j in 0..4 {
+                        let xl = (xb.add(4 + 4 * j) as *const i32).read_unaligned();
+                        let xh = (xb.add(20 + 4 * j) as *const i32).read_unaligned();
+                        acc = _mm512_dpbusd_epi32(acc, lo[j], _mm512_set1_epi32(xl));
+                        acc = _mm512_dpbusd_epi32(acc, hi[j], _mm512_set1_epi32(xh));
+                    }
+                    let da = _mm512_broadcastss_ps(ds);
+                    *ft = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc), _mm512_mul_ps(d, da), *ft);
+                    if MIN {
+                        let sa = _mm512_broadcastss_ps(_mm_movehdup_ps(ds));
+                        *ft = _mm512_fmadd_ps(mn, sa, *ft);
+                    }
+                }
+            }
+        }
+        let mask = super::super::lanes(valid);
+        for (t, ft) in f.iter().enumerate() {
+            // SAFETY: the `valid` columns of token t's output row are this thread's (caller).
+            unsafe { _mm512_mask_storeu_ps(out.add(t * out_stride), mask, *ft) };
+        }
+    }
+}

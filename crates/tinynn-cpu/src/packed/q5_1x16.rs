@@ -1,0 +1,30 @@
+//! Q5_1 × 16 rows (layout and kernel in `nibbles`, with a min and 5th-bit planes): 384 B a
+//! group block, 24 B a row as in the file. Row value = d·q + m (q 5-bit); with activations
+//! `x = da·qa` and `sa = da·Σqa`: dot = Σ_blocks d·da·Σ q·qa + m·sa.
+
+use super::{f16_at, nibbles, ACT_BLOCK_BYTES};
+
+/// Writes row `r`'s Q5_1 block (24 B: d, m, qh, 16 quant bytes) into a group block.
+pub(super) fn pack_block(src: &[u8], r: usize, dst: &mut [u8]) {
+    dst[2 * r..2 * r + 2].copy_from_slice(&src[0..2]);
+    dst[nibbles::M_AT + 2 * r..][..2].copy_from_slice(&src[2..4]);
+    let qh = u32::from_le_bytes([src[4], src[5], src[6], src[7]]);
+    nibbles::pack_quants(&src[8..24], Some(qh), true, r, dst);
+}
+
+/// Row `r` of a group (`nb` blocks at `w`) · activation row `x`, from the packed bytes.
+pub(super) fn dot_ref(w: &[u8], nb: usize, r: usize, x: &[u8]) -> f32 {
+    let bb = nibbles::block_bytes(true, true);
+    let mut acc = 0f32;
+    for b in 0..nb {
+        let wb = &w[b * bb..][..bb];
+        let xb = &x[b * ACT_BLOCK_BYTES..][..ACT_BLOCK_BYTES];
+        let q = nibbles::unpack_ref(wb, true, true, r);
+        let isum: i32 = (0..32)
+            .map(|e| i32::from(q[e]) * i32::from(xb[4 + e] as i8))
+            .sum();
+        let (d, m) = (f16_at(&wb[2 * r..]), f16_at(&wb[nibbles::M_AT + 2 * r..]));
+        acc += isum as f32 * d * f16_at(xb) + m * f16_at(&xb[2..]);
+    }
+    acc
+}
