@@ -91,6 +91,9 @@ pub(crate) fn mul_mat(a: &StepArgs<'_>, ctx: &Ctx<'_>) {
 fn mul_mat_packed(p: &PackedWeight, a: &StepArgs<'_>, ctx: &Ctx<'_>) {
     let (x, dst) = (a.src(1), a.dst);
     let (k, rows, arb) = (x.layout.ne[0], x.layout.n_rows(), p.activation_row_bytes());
+    if rows <= FEW_ROWS && x.layout.nb[0] == 4 {
+        return mul_mat_packed_few(p, a, ctx);
+    }
     let mut buf = [0f32; CHUNK];
     for r in split(rows, ctx.ith, ctx.nth) {
         let (i1, i2, i3) = row_index(&x.layout, r);
@@ -129,6 +132,47 @@ fn mul_mat_packed(p: &PackedWeight, a: &StepArgs<'_>, ctx: &Ctx<'_>) {
             split(p.n_groups(), ctx.ith, ctx.nth),
         )
     };
+}
+
+/// Activation rows up to which every thread prepares all of them itself (decode): repeating
+/// a few hundred conversions is cheaper than the barrier that sharing them would need.
+const FEW_ROWS: usize = 2;
+
+thread_local! {
+    /// Each pool thread's prepared activations for [`mul_mat_packed_few`].
+    static FEW_ACTS: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// [`mul_mat_packed`] for at most [`FEW_ROWS`] contiguous activation rows, without a barrier:
+/// each thread prepares every row in its own buffer, then runs its groups.
+fn mul_mat_packed_few(p: &PackedWeight, a: &StepArgs<'_>, ctx: &Ctx<'_>) {
+    let (x, dst) = (a.src(1), a.dst);
+    let (rows, arb) = (x.layout.n_rows(), p.activation_row_bytes());
+    FEW_ACTS.with_borrow_mut(|acts| {
+        if acts.len() < rows * arb {
+            acts.resize(rows * arb, 0);
+        }
+        for r in 0..rows {
+            let (i1, i2, i3) = row_index(&x.layout, r);
+            // SAFETY: row r of x holds k contiguous f32s (checked by the caller).
+            p.prepare_activations(
+                unsafe { x.row_f32(i1, i2, i3) },
+                &mut acts[r * arb..][..arb],
+            );
+        }
+        // SAFETY: `acts` holds every prepared row; dst is contiguous F32 with `rows` rows of
+        // n_rows values, and this thread's groups are its own columns.
+        unsafe {
+            p.matmul_raw(
+                acts.as_ptr(),
+                arb,
+                rows,
+                dst.ptr as *mut f32,
+                dst.layout.nb[1] / 4,
+                split(p.n_groups(), ctx.ith, ctx.nth),
+            )
+        };
+    });
 }
 
 /// Reference mode: weights dequantized in chunks, activations used as f32 (not quantized),

@@ -66,7 +66,6 @@ impl TileScratch {
     }
 }
 
-
 /// Blocked f32 attention for `lanes` (query row `i`, head `h`; all heads of KV head `hk`).
 ///
 /// # Safety
@@ -298,4 +297,3 @@ unsafe fn f16_row_to_f32(row: *const u8, out: &mut [f32]) {
         *x = tinynn_core::quant::half::f16_to_f32(u16::from_le_bytes(b));
     }
 }
-
