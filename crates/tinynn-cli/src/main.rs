@@ -9,6 +9,7 @@ mod perplexity;
 mod plan;
 mod quantize;
 mod run;
+mod tokenize;
 
 use std::process::ExitCode;
 
@@ -41,6 +42,8 @@ enum Command {
     Quantize(quantize::QuantizeArgs),
     /// Show the memory plans (arena layout) of a model's decode and prefill passes.
     Plan(plan::PlanArgs),
+    /// Print the token ids of a text (as llama.cpp's llama-tokenize does).
+    Tokenize(tokenize::TokenizeArgs),
 }
 
 /// llama.cpp spells some flags with one dash and several letters (`-sys`); clap takes those as
@@ -60,6 +63,7 @@ fn main() -> ExitCode {
         Command::Bench(args) => bench::run(&args),
         Command::Perplexity(args) => perplexity::run(&args),
         Command::Quantize(args) => quantize::run(&args),
+        Command::Tokenize(args) => tokenize::run(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

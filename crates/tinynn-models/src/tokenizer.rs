@@ -109,6 +109,11 @@ impl Tokenizer {
             .into())
         };
         let pre_tokenizer: PreTokenizerWrapper = match pre {
+            // llama.cpp's LLAMA_VOCAB_PRE_TYPE_SMOLLM: `\p{N}` pieces first, then GPT-2's
+            // pattern within each stretch (so "\n\n  0" is "\n\n  " + "0"; plain GPT-2
+            // splitting, which transformers' GGUF loader uses, gives "\n\n " + " " + "0").
+            // It is also SmolLM2's own tokenizer.json pre-tokenizer; ByteLevel's extra `\s+`
+            // alternative only names the whitespace pieces llama.cpp leaves unmatched.
             "smollm" => Sequence::new(vec![Digits::new(true).into(), byte_level.into()]).into(),
             "llama-bpe" => split(LLAMA3_SPLIT)?,
             "qwen2" => split(QWEN2_SPLIT)?,
