@@ -2,13 +2,18 @@
 
 mod bench;
 mod chat;
+mod finetune;
 mod generate;
 mod inspect;
+mod lora_args;
 mod model;
 mod perplexity;
 mod plan;
 mod quantize;
 mod run;
+mod train;
+mod train_data;
+mod train_loop;
 
 use std::process::ExitCode;
 
@@ -39,6 +44,10 @@ enum Command {
     Bench(bench::BenchArgs),
     /// Convert a GGUF model to another type (F16, Q8_0, Q4_K_M, ...).
     Quantize(quantize::QuantizeArgs),
+    /// Fine-tune a model on a data file: every weight, or a LoRA adapter (--lora).
+    Finetune(Box<finetune::FinetuneArgs>),
+    /// Train a model from scratch from a JSON config.
+    Train(Box<train::TrainArgs>),
     /// Show the memory plans (arena layout) of a model's decode and prefill passes.
     Plan(plan::PlanArgs),
 }
@@ -60,6 +69,8 @@ fn main() -> ExitCode {
         Command::Bench(args) => bench::run(&args),
         Command::Perplexity(args) => perplexity::run(&args),
         Command::Quantize(args) => quantize::run(&args),
+        Command::Finetune(args) => finetune::run(&args),
+        Command::Train(args) => train::run(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
