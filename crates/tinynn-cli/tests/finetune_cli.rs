@@ -218,3 +218,63 @@ fn train_from_a_config_and_bad_input() {
     assert_ne!(out.code, Some(0));
     assert!(out.stderr.contains("general.type"), "{}", out.stderr);
 }
+
+/// Ctrl-C (SIGINT) saves a checkpoint and exits cleanly; `--resume` continues from it.
+#[test]
+fn ctrl_c_saves_a_checkpoint_and_exits_cleanly() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = text_file(dir.path());
+    let out_dir = dir.path().join("run");
+    let err_path = dir.path().join("stderr");
+    let mut child = tnn()
+        .args(["finetune", "-m"])
+        .arg(tiny_model())
+        .arg("--data")
+        .arg(&data)
+        .args(["--lora", "--seq", "16", "--batch", "2", "-t", "1"])
+        .args(["--steps", "1000000", "--eval-frac", "0", "--out"])
+        .arg(&out_dir)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(&err_path).unwrap())
+        .spawn()
+        .unwrap();
+    // Wait for a few steps in the metrics log.
+    let log = out_dir.join("metrics.jsonl");
+    let t0 = std::time::Instant::now();
+    while std::fs::read_to_string(&log).map_or(0, |s| s.lines().count()) < 3 {
+        assert!(t0.elapsed().as_secs() < 120, "no progress");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    // SAFETY: the pid is our own live child (not yet waited for); SIGINT is a valid signal.
+    assert_eq!(
+        unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGINT) },
+        0
+    );
+    let status = child.wait().unwrap();
+    let stderr = std::fs::read_to_string(&err_path).unwrap();
+    assert!(status.success(), "{stderr}");
+    assert!(stderr.contains("interrupted at step"), "{stderr}");
+    let latest = std::fs::read_to_string(out_dir.join("latest")).unwrap();
+    let step: u64 = latest
+        .trim()
+        .strip_prefix("checkpoint-")
+        .and_then(|s| s.strip_suffix(".gguf"))
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(step >= 3);
+    let mut cmd = tnn();
+    cmd.args(["finetune", "-m"])
+        .arg(tiny_model())
+        .arg("--data")
+        .arg(&data)
+        .args(["--lora", "--seq", "16", "--batch", "2", "-t", "1"])
+        .args(["--eval-frac", "0", "--resume", "--steps"])
+        .arg((step + 2).to_string())
+        .arg("--out")
+        .arg(&out_dir);
+    let out = run_measured(&mut cmd);
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    assert!(out_dir.join("adapter.gguf").is_file());
+}
