@@ -20,6 +20,8 @@ pub struct ChatArgs {
     pub model: ModelArgs,
     #[command(flatten)]
     pub sampling: SamplingArgs,
+    #[command(flatten)]
+    pub lora: crate::lora_args::LoraArgs,
     /// System prompt (default: the template's own).
     #[arg(long = "system-prompt", visible_alias = "sys")]
     pub system: Option<String>,
@@ -60,7 +62,16 @@ pub fn run(args: &ChatArgs) -> Result<()> {
     let tokenizer = model.tokenizer()?;
     let vocab = model.vocab(&tokenizer)?;
     let template = template(&model, &tokenizer, &vocab, args.chat_template.as_deref())?;
-    let mut session = Session::new(model.source(), args.model.ctx, args.model.exec_options())?;
+    let lora_file = args.lora.open()?;
+    let adapter = crate::lora_args::adapter(lora_file.as_ref())?;
+    let lora = crate::lora_args::applied(&args.lora, &adapter);
+    let mut session = Session::with_lora(
+        model.source(),
+        args.model.ctx,
+        args.model.exec_options(),
+        false,
+        lora,
+    )?;
     session.set_n_batch(args.model.batch);
     let mut sampler = args.sampling.sampler();
     let mut messages = Vec::new();

@@ -2,14 +2,19 @@
 
 mod bench;
 mod chat;
+mod finetune;
 mod generate;
 mod inspect;
+mod lora_args;
 mod model;
 mod perplexity;
 mod plan;
 mod quantize;
 mod run;
 mod tokenize;
+mod train;
+mod train_data;
+mod train_loop;
 
 use std::process::ExitCode;
 
@@ -40,6 +45,10 @@ enum Command {
     Bench(bench::BenchArgs),
     /// Convert a GGUF model to another type (F16, Q8_0, Q4_K_M, ...).
     Quantize(quantize::QuantizeArgs),
+    /// Fine-tune a model on a data file: every weight, or a LoRA adapter (--lora).
+    Finetune(Box<finetune::FinetuneArgs>),
+    /// Train a model from scratch from a JSON config.
+    Train(Box<train::TrainArgs>),
     /// Show the memory plans (arena layout) of a model's decode and prefill passes.
     Plan(plan::PlanArgs),
     /// Print the token ids of a text (as llama.cpp's llama-tokenize does).
@@ -64,6 +73,8 @@ fn main() -> ExitCode {
         Command::Perplexity(args) => perplexity::run(&args),
         Command::Quantize(args) => quantize::run(&args),
         Command::Tokenize(args) => tokenize::run(&args),
+        Command::Finetune(args) => finetune::run(&args),
+        Command::Train(args) => train::run(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

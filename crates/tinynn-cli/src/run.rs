@@ -18,6 +18,8 @@ pub struct RunArgs {
     pub model: ModelArgs,
     #[command(flatten)]
     pub sampling: SamplingArgs,
+    #[command(flatten)]
+    pub lora: crate::lora_args::LoraArgs,
     /// The prompt.
     #[arg(
         short = 'p',
@@ -53,7 +55,10 @@ pub fn run(args: &RunArgs) -> Result<()> {
     let vocab = model.vocab(&tokenizer)?;
     let mut opts = args.model.exec_options();
     opts.trace = args.trace.is_some();
-    let mut session = Session::new(model.source(), args.model.ctx, opts)
+    let lora_file = args.lora.open()?;
+    let adapter = crate::lora_args::adapter(lora_file.as_ref())?;
+    let lora = crate::lora_args::applied(&args.lora, &adapter);
+    let mut session = Session::with_lora(model.source(), args.model.ctx, opts, false, lora)
         .with_context(|| format!("loading {}", path.display()))?;
     session.set_n_batch(args.model.batch);
     let text = if args.chat {

@@ -2,6 +2,7 @@
 //! weights of a GGUF file.
 //!
 //! - [`llama`]: the Llama family's decoder (Llama 2/3, SmolLM/SmolLM2, TinyLlama, Mistral).
+//! - [`lora`]: LoRA adapters (llama.cpp's GGUF format) applied at inference.
 //! - [`session`]: a model bound to an executor with its KV cache; one decode step per token.
 //! - [`vocab`]: token strings from GGUF metadata and byte-level (GPT-2 style) detokenization.
 //!
@@ -9,6 +10,7 @@
 
 pub mod chat;
 pub mod llama;
+pub mod lora;
 pub mod perplexity;
 pub mod quantize;
 pub mod sampling;

@@ -16,6 +16,7 @@ use tinynn_core::tensor::TensorId;
 use tinynn_format::model_config::{Architecture, ModelConfig, RopeScaling};
 use tinynn_format::GgmlType;
 
+use crate::lora::AppliedLora;
 use crate::weights::WeightSource;
 use crate::{ModelError, Result};
 
@@ -169,7 +170,8 @@ pub struct ForwardGraph {
     /// `all_logits`).
     pub logits: TensorId,
     pub all_logits: bool,
-    /// Graph weights and the GGUF tensors that back them.
+    /// Graph weights and the GGUF tensors that back them (`<W>.lora_a`/`.lora_b`: the
+    /// adapter's).
     pub weights: Vec<(TensorId, String)>,
     pub n_ctx: usize,
 }
@@ -178,9 +180,34 @@ struct Builder<'a> {
     g: Graph,
     src: WeightSource<'a>,
     weights: Vec<(TensorId, String)>,
+    lora: Option<AppliedLora<'a>>,
 }
 
 impl Builder<'_> {
+    /// `w·x` for the weight leaf `w` (GGUF tensor `name`), plus the LoRA branch
+    /// `factor·B·(A·x)` when the adapter adapts `name`.
+    fn project(&mut self, w: TensorId, name: &str, x: TensorId) -> Result<TensorId> {
+        let y = self.g.mul_mat(w, x)?;
+        let Some(lora) = self.lora else {
+            return Ok(y);
+        };
+        let Some(pair) = lora.adapter.pairs.get(name) else {
+            return Ok(y);
+        };
+        let a = self
+            .g
+            .weight(&format!("{name}.lora_a"), pair.a.dtype, &pair.a.ne)?;
+        let b = self
+            .g
+            .weight(&format!("{name}.lora_b"), pair.b.dtype, &pair.b.ne)?;
+        self.weights.push((a, format!("{name}.lora_a")));
+        self.weights.push((b, format!("{name}.lora_b")));
+        let ax = self.g.mul_mat(a, x)?;
+        let bax = self.g.mul_mat(b, ax)?;
+        let branch = self.g.scale(bax, lora.adapter.factor(pair, lora.scale))?;
+        Ok(self.g.add(y, branch)?)
+    }
+
     /// A weight leaf for GGUF tensor `name`, whose dims must be `dims` (ggml order).
     fn weight(&mut self, name: &str, dims: &[usize]) -> Result<TensorId> {
         let w = self
@@ -241,6 +268,23 @@ pub fn forward_graph(
     all_logits: bool,
     cache_type: GgmlType,
 ) -> Result<ForwardGraph> {
+    forward_graph_lora(src, config, n_ctx, n_tokens, all_logits, cache_type, None)
+}
+
+/// [`forward_graph`] with a LoRA adapter on the projections it adapts (checked against the
+/// model with [`crate::lora::LoraAdapter::check_base`] first).
+pub fn forward_graph_lora<'a>(
+    src: WeightSource<'a>,
+    config: &ModelConfig,
+    n_ctx: usize,
+    n_tokens: usize,
+    all_logits: bool,
+    cache_type: GgmlType,
+    lora: Option<AppliedLora<'a>>,
+) -> Result<ForwardGraph> {
+    if let Some(l) = &lora {
+        l.adapter.check_base(&src)?;
+    }
     if !matches!(cache_type, GgmlType::F16 | GgmlType::F32 | GgmlType::Bf16) {
         return Err(ModelError::Invalid(format!(
             "KV cache type {cache_type} is not supported"
@@ -262,6 +306,7 @@ pub fn forward_graph(
         g: Graph::new(),
         src,
         weights: Vec::new(),
+        lora,
     };
     let (e, hd, nh, nkv) = (hp.n_embd, hp.head_dim, hp.n_head, hp.n_head_kv);
     let n_embd_kv = hd * nkv;
@@ -299,18 +344,18 @@ pub fn forward_graph(
         let wq = b.weight(&p("attn_q"), &[e, nh * hd])?;
         let wk = b.weight(&p("attn_k"), &[e, n_embd_kv])?;
         let wv = b.weight(&p("attn_v"), &[e, n_embd_kv])?;
-        let q = b.g.mul_mat(wq, h)?;
+        let q = b.project(wq, &p("attn_q"), h)?;
         let q = b.maybe_bias(q, &format!("blk.{l}.attn_q.bias"), nh * hd)?;
         let q = b.g.reshape(q, &[hd, nh, n])?;
         let q = b.head_norm(q, &format!("blk.{l}.attn_q_norm.weight"), hp.norm_eps, hd)?;
         let q = b.g.rope_ext(q, pos, freqs, hp.rope)?;
-        let k = b.g.mul_mat(wk, h)?;
+        let k = b.project(wk, &p("attn_k"), h)?;
         let k = b.maybe_bias(k, &format!("blk.{l}.attn_k.bias"), n_embd_kv)?;
         let k = b.g.reshape(k, &[hd, nkv, n])?;
         let k = b.head_norm(k, &format!("blk.{l}.attn_k_norm.weight"), hp.norm_eps, hd)?;
         let k = b.g.rope_ext(k, pos, freqs, hp.rope)?;
         let k = b.g.reshape(k, &[hd, nkv * n])?; // rows: head h of token t at h + nkv·t
-        let v = b.g.mul_mat(wv, h)?; // [n_embd_kv, n]
+        let v = b.project(wv, &p("attn_v"), h)?; // [n_embd_kv, n]
         let v = b.maybe_bias(v, &format!("blk.{l}.attn_v.bias"), n_embd_kv)?;
         let k_cache =
             b.g.persistent(&format!("cache_k.{l}"), cache_type, &[hd, n_ctx * nkv])?;
@@ -331,17 +376,17 @@ pub fn forward_graph(
             b.g.flash_attn(qh, kview, vview, mask, Some(kv_len), scale, 0.0)?; // [hd, nh, n]
         let att = b.g.reshape(att, &[nh * hd, n])?;
         let wo = b.weight(&p("attn_output"), &[nh * hd, e])?;
-        let o = b.g.mul_mat(wo, att)?;
+        let o = b.project(wo, &p("attn_output"), att)?;
         x = b.g.add(x, o)?;
         // Feed-forward.
         let h = b.norm(x, &p("ffn_norm"), hp.norm_eps, e)?;
         let wg = b.weight(&p("ffn_gate"), &[e, hp.n_ff])?;
         let wu = b.weight(&p("ffn_up"), &[e, hp.n_ff])?;
         let wd = b.weight(&p("ffn_down"), &[hp.n_ff, e])?;
-        let gate = b.g.mul_mat(wg, h)?;
-        let up = b.g.mul_mat(wu, h)?;
+        let gate = b.project(wg, &p("ffn_gate"), h)?;
+        let up = b.project(wu, &p("ffn_up"), h)?;
         let act = b.g.swiglu(gate, up)?;
-        let down = b.g.mul_mat(wd, act)?;
+        let down = b.project(wd, &p("ffn_down"), act)?;
         x = b.g.add(x, down)?;
     }
     // The last token's logits: [e, 1] from [e, n] (or all n).

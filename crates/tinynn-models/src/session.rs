@@ -13,7 +13,8 @@ use tinynn_cpu::{ExecOptions, Executor, Memory};
 use tinynn_format::model_config::ModelConfig;
 use tinynn_format::GgmlType;
 
-use crate::llama::{forward_graph, ForwardGraph};
+use crate::llama::{forward_graph_lora, ForwardGraph};
+use crate::lora::AppliedLora;
 use crate::weights::WeightSource;
 use crate::{ModelError, Result};
 
@@ -48,6 +49,8 @@ pub struct Session<'m> {
     /// Packed copies of matrix weights, shared by every pass (`None`: not packable); empty
     /// when repacking is off.
     packs: Packs,
+    /// A LoRA adapter applied to every pass.
+    lora: Option<AppliedLora<'m>>,
 }
 
 type Packs = Option<HashMap<String, Option<Arc<PackedWeight>>>>;
@@ -71,6 +74,18 @@ impl<'m> Session<'m> {
         opts: ExecOptions,
         all_logits: bool,
     ) -> Result<Session<'m>> {
+        Session::with_lora(src, n_ctx, opts, all_logits, None)
+    }
+
+    /// Like [`Session::with_all_logits`], with a LoRA adapter applied at a scale (checked
+    /// against the model: architecture, tensor names and dims).
+    pub fn with_lora(
+        src: impl Into<WeightSource<'m>>,
+        n_ctx: usize,
+        opts: ExecOptions,
+        all_logits: bool,
+        lora: Option<AppliedLora<'m>>,
+    ) -> Result<Session<'m>> {
         let src = src.into();
         let config = src.config()?;
         let n_ctx = n_ctx
@@ -83,7 +98,9 @@ impl<'m> Session<'m> {
             GgmlType::F16
         };
         let mut packs = (opts.repack && !opts.strict).then(HashMap::new);
-        let decode = Session::pass(src, &config, n_ctx, 1, true, false, cache_type, &mut packs)?;
+        let decode = Session::pass(
+            src, lora, &config, n_ctx, 1, true, false, cache_type, &mut packs,
+        )?;
         let exec = Executor::with_options(&decode.plan, opts);
         let n_vocab = decode.io.hparams.n_vocab;
         Ok(Session {
@@ -103,6 +120,7 @@ impl<'m> Session<'m> {
             scratch: Default::default(),
             last_pass: 0,
             packs,
+            lora,
         })
     }
 
@@ -111,6 +129,7 @@ impl<'m> Session<'m> {
     #[allow(clippy::too_many_arguments)]
     fn pass(
         src: WeightSource<'m>,
+        lora: Option<AppliedLora<'m>>,
         config: &ModelConfig,
         n_ctx: usize,
         n_tokens: usize,
@@ -119,13 +138,14 @@ impl<'m> Session<'m> {
         cache_type: GgmlType,
         packs: &mut Packs,
     ) -> Result<Pass<'m>> {
-        let io = forward_graph(
+        let io = forward_graph_lora(
             src,
             config,
             n_ctx,
             n_tokens,
             all_logits && n_tokens > 1,
             cache_type,
+            lora,
         )?;
         let plan = Plan::compile(io.graph.clone());
         let shared: &[_] = if owns_cache { &[] } else { &io.caches };
@@ -138,6 +158,11 @@ impl<'m> Session<'m> {
             .map(|n| n.src[0])
             .collect();
         for (t, name) in &io.weights {
+            // Adapter tensors come from the adapter's file, unpacked (they are small).
+            if let Some(data) = lora.and_then(|l| l.adapter.data(name)) {
+                mem.bind_weight(&plan, *t, data)?;
+                continue;
+            }
             let w = src
                 .get(name)?
                 .ok_or_else(|| ModelError::MissingTensor(name.clone()))?;
@@ -194,6 +219,7 @@ impl<'m> Session<'m> {
         }
         let pass = Session::pass(
             self.src,
+            self.lora,
             &self.config,
             self.n_ctx,
             n,

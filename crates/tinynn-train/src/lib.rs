@@ -12,12 +12,15 @@
 //!   the resumable [`data::Batcher`].
 //! - [`checkpoint`]: one atomic GGUF file per checkpoint, a `latest` pointer, fallback on load.
 //! - [`metrics`]: the JSONL metrics log; [`plot`]: the loss-curve PNG.
+//! - [`lora`]: LoRA / QLoRA adapters (`TrainConfig::lora`): targets, init, merge, and the
+//!   llama.cpp GGUF adapter format.
 
 pub mod checkpoint;
 pub mod data;
 pub mod ema;
 pub mod error;
 pub mod export;
+pub mod lora;
 pub mod metrics;
 pub mod model;
 pub mod optim;
@@ -32,7 +35,8 @@ pub mod trainer;
 mod atomic;
 
 pub use error::{Result, TrainError};
+pub use lora::{LoraConfig, Targets};
 pub use optim::Optimizer;
 pub use params::NamedTensor;
 pub use source::TrainSource;
-pub use trainer::{OptimizerState, StepReport, TrainConfig, Trainer};
+pub use trainer::{FrozenSpec, OptimizerState, StepReport, TrainConfig, Trainer};

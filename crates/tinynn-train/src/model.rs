@@ -44,6 +44,25 @@ pub struct TrainForward {
     pub logits: TensorId,
     /// F32 `[1]`: mean cross-entropy over the scored positions.
     pub loss: TensorId,
+    /// F32 dropout masks of the LoRA branches (`[in, batch·seq]` each, one per adapted
+    /// projection), written before every run; empty without dropout.
+    pub dropout_masks: Vec<TensorId>,
+}
+
+/// The LoRA branches of a forward pass: every projection whose `<w>.lora_a` / `<w>.lora_b` are
+/// in the parameter table gets `+ scale·B·(A·(mask ⊙ x))`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct LoraGraph {
+    /// `alpha / rank`.
+    pub scale: f32,
+    /// Multiply each branch's input by a per-run mask (training with dropout).
+    pub dropout: bool,
+}
+
+/// What the projections of one forward pass add (LoRA branches) and collect (their masks).
+struct Adapters {
+    lora: Option<LoraGraph>,
+    masks: Vec<TensorId>,
 }
 
 /// Looks parameters up by GGUF name.
@@ -94,23 +113,66 @@ fn norm(g: &mut Graph, x: TensorId, w: TensorId, eps: f32) -> Result<TensorId> {
     Ok(g.mul(h, w)?)
 }
 
-/// `w·x (+ bias)`.
-fn linear(g: &mut Graph, p: &ParamTable<'_>, x: TensorId, w: &str, b: &str) -> Result<TensorId> {
+/// `w·x`, plus the LoRA branch of `w` when it has one.
+fn project(
+    g: &mut Graph,
+    p: &ParamTable<'_>,
+    ad: &mut Adapters,
+    x: TensorId,
+    w: &str,
+) -> Result<TensorId> {
     let y = g.mul_mat(p.need(w)?, x)?;
+    let Some(lora) = ad.lora else {
+        return Ok(y);
+    };
+    let Some(a) = p.get(&format!("{w}.lora_a")) else {
+        return Ok(y);
+    };
+    let b = p.need(&format!("{w}.lora_b"))?;
+    let xin = if lora.dropout {
+        let ne = g.layout(x).ne;
+        let mask = g.input(&format!("dropout.{w}"), GgmlType::F32, &ne[..2])?;
+        ad.masks.push(mask);
+        g.mul(x, mask)?
+    } else {
+        x
+    };
+    let ax = g.mul_mat(a, xin)?; // [r, n]
+    let bax = g.mul_mat(b, ax)?; // [out, n]
+    let branch = g.scale(bax, lora.scale)?;
+    Ok(g.add(y, branch)?)
+}
+
+/// `w·x (+ bias)` (with `w`'s LoRA branch).
+fn linear(
+    g: &mut Graph,
+    p: &ParamTable<'_>,
+    ad: &mut Adapters,
+    x: TensorId,
+    w: &str,
+    b: &str,
+) -> Result<TensorId> {
+    let y = project(g, p, ad, x, w)?;
     Ok(match p.get(b) {
         Some(b) => g.add(y, b)?,
         None => y,
     })
 }
 
-/// Builds the forward pass and the loss into `g` over the parameters in `p` (created by the
-/// caller as persistent F32 leaves with GGUF names and dims).
+/// Builds the forward pass and the loss into `g` over the tensors in `p` (created by the
+/// caller as persistent leaves with GGUF names and dims: F32 parameters, and frozen base
+/// tensors of any type), with the LoRA branches `lora` describes.
 pub fn build_forward(
     g: &mut Graph,
     hp: &LlamaHparams,
     p: &ParamTable<'_>,
     shape: BatchShape,
+    lora: Option<LoraGraph>,
 ) -> Result<TrainForward> {
+    let mut ad = Adapters {
+        lora,
+        masks: Vec::new(),
+    };
     const I32: GgmlType = GgmlType::I32;
     let (hd, nh, nkv) = (hp.head_dim, hp.n_head, hp.n_head_kv);
     let (s, n) = (shape.seq, shape.n_tokens());
@@ -132,9 +194,30 @@ pub fn build_forward(
         let name = |s: &str| format!("blk.{l}.{s}");
         // Attention.
         let h = norm(g, x, p.need(&name("attn_norm.weight"))?, hp.norm_eps)?;
-        let q = linear(g, p, h, &name("attn_q.weight"), &name("attn_q.bias"))?; // [nh·hd, n]
-        let k = linear(g, p, h, &name("attn_k.weight"), &name("attn_k.bias"))?; // [nkv·hd, n]
-        let v = linear(g, p, h, &name("attn_v.weight"), &name("attn_v.bias"))?;
+        let q = linear(
+            g,
+            p,
+            &mut ad,
+            h,
+            &name("attn_q.weight"),
+            &name("attn_q.bias"),
+        )?; // [nh·hd, n]
+        let k = linear(
+            g,
+            p,
+            &mut ad,
+            h,
+            &name("attn_k.weight"),
+            &name("attn_k.bias"),
+        )?; // [nkv·hd, n]
+        let v = linear(
+            g,
+            p,
+            &mut ad,
+            h,
+            &name("attn_v.weight"),
+            &name("attn_v.bias"),
+        )?;
         let mut q = g.reshape(q, &[hd, nh, n])?;
         let mut k = g.reshape(k, &[hd, nkv, n])?;
         let v = g.reshape(v, &[hd, nkv, n])?;
@@ -170,14 +253,14 @@ pub fn build_forward(
             });
         }
         let att = att.ok_or_else(|| TrainError::Invalid("the batch is empty".into()))?; // [nh·hd, n]
-        let o = g.mul_mat(p.need(&name("attn_output.weight"))?, att)?; // [e, n]
+        let o = project(g, p, &mut ad, att, &name("attn_output.weight"))?; // [e, n]
         x = g.add(x, o)?;
         // Feed-forward.
         let h = norm(g, x, p.need(&name("ffn_norm.weight"))?, hp.norm_eps)?;
-        let gate = g.mul_mat(p.need(&name("ffn_gate.weight"))?, h)?; // [ff, n]
-        let up = g.mul_mat(p.need(&name("ffn_up.weight"))?, h)?;
+        let gate = project(g, p, &mut ad, h, &name("ffn_gate.weight"))?; // [ff, n]
+        let up = project(g, p, &mut ad, h, &name("ffn_up.weight"))?;
         let act = g.swiglu(gate, up)?;
-        let down = g.mul_mat(p.need(&name("ffn_down.weight"))?, act)?; // [e, n]
+        let down = project(g, p, &mut ad, act, &name("ffn_down.weight"))?; // [e, n]
         x = g.add(x, down)?;
     }
     let h = norm(g, x, p.need("output_norm.weight")?, hp.norm_eps)?;
@@ -196,5 +279,6 @@ pub fn build_forward(
         freqs,
         logits,
         loss,
+        dropout_masks: ad.masks,
     })
 }

@@ -19,9 +19,12 @@ use tinynn_format::GgmlType;
 use tinynn_models::llama::LlamaHparams;
 
 use crate::error::Result;
-use crate::model::{build_forward, causal_mask, positions, BatchShape, ParamTable, TrainForward};
+use crate::model::{
+    build_forward, causal_mask, positions, BatchShape, LoraGraph, ParamTable, TrainForward,
+};
 use crate::optim::Optimizer;
 use crate::params::ParamSpec;
+use crate::source::Frozen;
 
 const F32: GgmlType = GgmlType::F32;
 
@@ -30,6 +33,8 @@ pub(crate) struct GradPass {
     pub mem: Memory<'static>,
     pub fwd: TrainForward,
     pub params: Vec<TensorId>,
+    /// The frozen base tensors (LoRA), owned here and lent to the eval pass.
+    pub frozen: Vec<TensorId>,
     /// Persistent gradient buffers, one per parameter.
     pub buffers: Vec<TensorId>,
     /// F32 `[1]`: Σ over every buffer of its squared elements (after this run's addition).
@@ -54,10 +59,27 @@ pub(crate) struct EvalPass {
     pub mem: Memory<'static>,
     pub fwd: TrainForward,
     pub params: Vec<TensorId>,
+    pub frozen: Vec<TensorId>,
 }
 
-fn names(specs: &[ParamSpec]) -> Vec<String> {
-    specs.iter().map(|s| s.name.clone()).collect()
+/// Leaves for the frozen base tensors (their file types) and the parameters (F32), and the
+/// table of both by name.
+fn leaves(
+    g: &mut Graph,
+    specs: &[ParamSpec],
+    frozen: &[Frozen],
+) -> Result<(Vec<TensorId>, Vec<TensorId>, Vec<String>)> {
+    let frozen_ids = frozen
+        .iter()
+        .map(|f| Ok(g.persistent(&f.name, f.dtype, &f.dims)?))
+        .collect::<Result<Vec<_>>>()?;
+    let params = param_leaves(g, specs)?;
+    let names = frozen
+        .iter()
+        .map(|f| f.name.clone())
+        .chain(specs.iter().map(|s| s.name.clone()))
+        .collect();
+    Ok((frozen_ids, params, names))
 }
 
 fn param_leaves(g: &mut Graph, specs: &[ParamSpec]) -> Result<Vec<TensorId>> {
@@ -86,17 +108,19 @@ fn write_constants(
 pub(crate) fn grad_pass(
     hp: &LlamaHparams,
     specs: &[ParamSpec],
+    frozen: &[Frozen],
+    lora: Option<LoraGraph>,
     shape: BatchShape,
     accum: usize,
 ) -> Result<GradPass> {
     let mut g = Graph::new();
-    let params = param_leaves(&mut g, specs)?;
-    let names = names(specs);
+    let (frozen_ids, params, names) = leaves(&mut g, specs, frozen)?;
+    let all: Vec<TensorId> = frozen_ids.iter().chain(&params).copied().collect();
     let table = ParamTable {
         names: &names,
-        ids: &params,
+        ids: &all,
     };
-    let fwd = build_forward(&mut g, hp, &table, shape)?;
+    let fwd = build_forward(&mut g, hp, &table, shape, lora)?;
     // The mean over k micro-batches: each adds 1/k of its gradient.
     let grads = g.backward_with(fwd.loss, &params, 1.0 / accum as f32, None)?;
     let mut buffers = Vec::with_capacity(params.len());
@@ -122,11 +146,15 @@ pub(crate) fn grad_pass(
     let plan = Plan::compile(g);
     let mut mem = Memory::new(&plan);
     write_constants(&plan, &mut mem, &fwd, hp, shape)?;
+    for (f, &t) in frozen.iter().zip(&frozen_ids) {
+        mem.persistent_mut(&plan, t)?.copy_from_slice(&f.bytes);
+    }
     Ok(GradPass {
         plan,
         mem,
         fwd,
         params,
+        frozen: frozen_ids,
         buffers,
         grad_sq,
     })
@@ -159,27 +187,36 @@ pub(crate) fn update_pass(specs: &[ParamSpec], opt: &Optimizer) -> Result<Update
     })
 }
 
+/// The eval pass; the frozen tensors (as in `frozen`, bytes unused) and parameters are lent
+/// by the grad pass. LoRA branches run without dropout.
 pub(crate) fn eval_pass(
     hp: &LlamaHparams,
     specs: &[ParamSpec],
+    frozen: &[Frozen],
+    lora: Option<LoraGraph>,
     shape: BatchShape,
 ) -> Result<EvalPass> {
     let mut g = Graph::new();
-    let params = param_leaves(&mut g, specs)?;
-    let names = names(specs);
+    let (frozen_ids, params, names) = leaves(&mut g, specs, frozen)?;
+    let all: Vec<TensorId> = frozen_ids.iter().chain(&params).copied().collect();
     let table = ParamTable {
         names: &names,
-        ids: &params,
+        ids: &all,
     };
-    let fwd = build_forward(&mut g, hp, &table, shape)?;
+    let lora = lora.map(|l| LoraGraph {
+        dropout: false,
+        ..l
+    });
+    let fwd = build_forward(&mut g, hp, &table, shape, lora)?;
     let plan = Plan::compile(g);
-    let mut mem = Memory::new_sharing(&plan, &params);
+    let mut mem = Memory::new_sharing(&plan, &all);
     write_constants(&plan, &mut mem, &fwd, hp, shape)?;
     Ok(EvalPass {
         plan,
         mem,
         fwd,
         params,
+        frozen: frozen_ids,
     })
 }
 

@@ -6,9 +6,12 @@ use tinynn_format::model_config::ModelConfig;
 use tinynn_models::llama::LlamaHparams;
 use tinynn_models::weights::WeightSource;
 
-use crate::error::Result;
+use tinynn_format::GgmlType;
+
+use crate::error::{Result, TrainError};
+use crate::lora::{init_adapter, LoraConfig};
 use crate::params::{
-    load_params, load_tensor, param_specs, random_params, Features, NamedTensor, ParamSpec,
+    load_params, load_tensor, param_specs, random_params, Features, Init, NamedTensor, ParamSpec,
 };
 
 /// The starting point of training.
@@ -26,19 +29,106 @@ impl<'a, T: Into<WeightSource<'a>>> From<T> for TrainSource<'a> {
     }
 }
 
+/// A base tensor that is not trained (LoRA): its file type and bytes as they are.
+pub(crate) struct Frozen {
+    pub name: String,
+    pub dtype: GgmlType,
+    pub dims: Vec<usize>,
+    pub bytes: Vec<u8>,
+}
+
 /// A resolved source.
 pub(crate) struct Loaded {
     pub config: ModelConfig,
     pub hparams: LlamaHparams,
+    /// The trainable parameters (the whole model, or the LoRA tensors).
     pub specs: Vec<ParamSpec>,
     pub values: Vec<NamedTensor>,
+    /// With LoRA: the base model's tensors, in `param_specs` order.
+    pub frozen: Vec<Frozen>,
     /// The GGUF metadata to copy into an export (GGUF sources only).
     pub gguf_metadata: Option<Vec<(String, Value)>>,
     /// A GGUF `rope_freqs.weight`, carried into exports.
     pub rope_freqs_tensor: Option<NamedTensor>,
 }
 
-pub(crate) fn resolve(source: TrainSource<'_>) -> Result<Loaded> {
+/// Resolves `source`; with `lora`, the model's tensors become the frozen base (in their file
+/// types) and the trainable parameters are the adapter's.
+pub(crate) fn resolve(source: TrainSource<'_>, lora: Option<&LoraConfig>) -> Result<Loaded> {
+    let Some(lora) = lora else {
+        return resolve_full(source, false);
+    };
+    let mut loaded = resolve_full(source, true)?;
+    if loaded.frozen.is_empty() {
+        // A random base: its f32 values, frozen.
+        loaded.frozen = std::mem::take(&mut loaded.values)
+            .into_iter()
+            .map(|t| Frozen {
+                name: t.name,
+                dtype: GgmlType::F32,
+                dims: t.dims,
+                bytes: bytemuck::cast_slice(&t.data).to_vec(),
+            })
+            .collect();
+    }
+    let base: Vec<(String, Vec<usize>)> = loaded
+        .frozen
+        .iter()
+        .map(|f| (f.name.clone(), f.dims.clone()))
+        .collect();
+    let values = init_adapter(lora, &base);
+    if values.is_empty() {
+        return Err(TrainError::Invalid(format!(
+            "the LoRA targets {} match no tensor of the model",
+            lora.targets.to_list()
+        )));
+    }
+    loaded.specs = values
+        .iter()
+        .map(|t| ParamSpec {
+            name: t.name.clone(),
+            dims: t.dims.clone(),
+            init: Init::Zeros,
+        })
+        .collect();
+    loaded.values = values;
+    Ok(loaded)
+}
+
+/// The tensors of `specs` from `src` with their file types and bytes.
+fn load_frozen(src: &WeightSource<'_>, specs: &[ParamSpec]) -> Result<Vec<Frozen>> {
+    specs
+        .iter()
+        .map(|s| {
+            let w = src.get(&s.name)?.ok_or_else(|| TrainError::Param {
+                name: s.name.clone(),
+                message: "missing from the source".into(),
+            })?;
+            let want: Vec<u64> = s.dims.iter().map(|&d| d as u64).collect();
+            if w.dims != want {
+                return Err(TrainError::Param {
+                    name: s.name.clone(),
+                    message: format!(
+                        "the source has dims {:?}, the config implies {want:?}",
+                        w.dims
+                    ),
+                });
+            }
+            let bytes = w.data.to_vec();
+            // The copy serves from now on; the file's pages can go.
+            src.release(w.data);
+            Ok(Frozen {
+                name: s.name.clone(),
+                dtype: w.dtype,
+                dims: s.dims.clone(),
+                bytes,
+            })
+        })
+        .collect()
+}
+
+/// `frozen`: load a model source's tensors as they are (into `Loaded::frozen`), not as f32.
+fn resolve_full(source: TrainSource<'_>, frozen: bool) -> Result<Loaded> {
     match source {
         TrainSource::Random { config, seed } => {
             let hparams = LlamaHparams::from_config(&config, false)?;
@@ -49,6 +139,7 @@ pub(crate) fn resolve(source: TrainSource<'_>) -> Result<Loaded> {
                 hparams,
                 specs,
                 values,
+                frozen: Vec::new(),
                 gguf_metadata: None,
                 rope_freqs_tensor: None,
             })
@@ -57,7 +148,11 @@ pub(crate) fn resolve(source: TrainSource<'_>) -> Result<Loaded> {
             let config = src.config()?;
             let mut hparams = LlamaHparams::from_config(&config, src.is_hf())?;
             let specs = param_specs(&hparams, Features::from_source(&src)?);
-            let values = load_params(&src, &specs)?;
+            let (values, frozen) = if frozen {
+                (Vec::new(), load_frozen(&src, &specs)?)
+            } else {
+                (load_params(&src, &specs)?, Vec::new())
+            };
             let n_pairs = hparams.rope.n_dims / 2;
             let rope_freqs_tensor = load_tensor(&src, "rope_freqs.weight", &[n_pairs])?;
             if let Some(t) = &rope_freqs_tensor {
@@ -78,6 +173,7 @@ pub(crate) fn resolve(source: TrainSource<'_>) -> Result<Loaded> {
                 hparams,
                 specs,
                 values,
+                frozen,
                 gguf_metadata,
                 rope_freqs_tensor,
             })

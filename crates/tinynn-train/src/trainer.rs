@@ -11,10 +11,12 @@ use tinynn_format::model_config::ModelConfig;
 use tinynn_models::llama::LlamaHparams;
 
 use crate::error::{Result, TrainError};
-use crate::model::BatchShape;
+use crate::lora::LoraConfig;
+use crate::model::{BatchShape, LoraGraph};
 use crate::optim::Optimizer;
 use crate::params::{NamedTensor, ParamSpec};
 use crate::passes::{eval_pass, grad_pass, swap_all, update_pass, EvalPass, GradPass, UpdatePass};
+use crate::rng::Rng;
 use crate::source::{resolve, TrainSource};
 
 /// How to train.
@@ -35,6 +37,8 @@ pub struct TrainConfig {
     pub strict: bool,
     /// Keep the last grad pass's timings (`Trainer::last_trace`).
     pub trace: bool,
+    /// Train a LoRA adapter on the frozen base instead of the whole model.
+    pub lora: Option<LoraConfig>,
 }
 
 impl Default for TrainConfig {
@@ -48,6 +52,7 @@ impl Default for TrainConfig {
             threads: 1,
             strict: false,
             trace: false,
+            lora: None,
         }
     }
 }
@@ -74,11 +79,24 @@ pub struct OptimizerState {
     pub tensors: Vec<NamedTensor>,
 }
 
+/// A frozen base tensor (LoRA): name, file type, dims.
+#[derive(Clone, Debug, PartialEq)]
+pub struct FrozenSpec {
+    pub name: String,
+    pub dtype: tinynn_format::GgmlType,
+    pub dims: Vec<usize>,
+}
+
 pub struct Trainer {
     cfg: TrainConfig,
     config: ModelConfig,
     hparams: LlamaHparams,
     specs: Vec<ParamSpec>,
+    pub(crate) frozen: Vec<FrozenSpec>,
+    /// Draws the LoRA dropout masks.
+    dropout_rng: Rng,
+    /// Tests: the next steps to report as non-finite.
+    poison: u32,
     exec: Executor,
     grad: GradPass,
     update: UpdatePass,
@@ -117,14 +135,31 @@ impl Trainer {
             )));
         }
         cfg.optimizer.check()?;
-        let loaded = resolve(source.into())?;
+        if let Some(l) = &cfg.lora {
+            l.check()?;
+        }
+        let mut loaded = resolve(source.into(), cfg.lora.as_ref())?;
         let shape = BatchShape {
             batch: cfg.batch,
             seq: cfg.seq,
         };
-        let grad = grad_pass(&loaded.hparams, &loaded.specs, shape, cfg.accum)?;
+        let lora = cfg.lora.map(|l| LoraGraph {
+            scale: l.scale(),
+            dropout: l.dropout > 0.0,
+        });
+        let fz = &loaded.frozen;
+        let grad = grad_pass(&loaded.hparams, &loaded.specs, fz, lora, shape, cfg.accum)?;
         let update = update_pass(&loaded.specs, &cfg.optimizer)?;
-        let eval = eval_pass(&loaded.hparams, &loaded.specs, shape)?;
+        let eval = eval_pass(&loaded.hparams, &loaded.specs, fz, lora, shape)?;
+        // The grad pass holds the frozen bytes now.
+        let frozen = std::mem::take(&mut loaded.frozen)
+            .into_iter()
+            .map(|f| FrozenSpec {
+                name: f.name,
+                dtype: f.dtype,
+                dims: f.dims,
+            })
+            .collect();
         let exec = Executor::with_options(
             &grad.plan,
             ExecOptions {
@@ -141,6 +176,9 @@ impl Trainer {
             config: loaded.config,
             hparams: loaded.hparams,
             specs: loaded.specs,
+            frozen,
+            dropout_rng: Rng::new(cfg.lora.map_or(0, |l| l.seed ^ 0x6C6F_7261_6472_6F70)),
+            poison: 0,
             exec,
             grad,
             update,
@@ -217,6 +255,7 @@ impl Trainer {
         let n = self.micro_batch_tokens();
         let mut loss_sum = 0f64;
         for (ids, labels) in ids.chunks_exact(n).zip(labels.chunks_exact(n)) {
+            self.draw_dropout()?;
             let g = &mut self.grad;
             g.mem.write_i32(&g.plan, g.fwd.tokens, ids)?;
             g.mem.write_i32(&g.plan, g.fwd.labels, labels)?;
@@ -229,7 +268,11 @@ impl Trainer {
                 self.trace = self.exec.chrome_trace(&g.plan);
             }
         }
-        let loss = (loss_sum / self.cfg.accum as f64) as f32;
+        let mut loss = (loss_sum / self.cfg.accum as f64) as f32;
+        if self.poison > 0 {
+            self.poison -= 1;
+            loss = f32::NAN;
+        }
         let g = &self.grad;
         let grad_norm = scalar(&self.exec, &g.plan, &g.mem, g.grad_sq)?.sqrt();
         let skipped = !loss.is_finite() || !grad_norm.is_finite();
@@ -274,6 +317,85 @@ impl Trainer {
         Ok(())
     }
 
+    /// Writes fresh dropout masks (keep with probability 1 − p, kept values scaled by
+    /// 1/(1 − p)) into the grad pass, without allocating.
+    fn draw_dropout(&mut self) -> Result<()> {
+        let Some(p) = self.cfg.lora.map(|l| l.dropout).filter(|&p| p > 0.0) else {
+            return Ok(());
+        };
+        let keep = 1.0 / (1.0 - p);
+        let g = &mut self.grad;
+        for &m in &g.fwd.dropout_masks {
+            for v in g.mem.persistent_mut(&g.plan, m)?.chunks_exact_mut(4) {
+                let x = if self.dropout_rng.next_f32() < p {
+                    0.0f32
+                } else {
+                    keep
+                };
+                v.copy_from_slice(&x.to_le_bytes());
+            }
+        }
+        Ok(())
+    }
+
+    /// The LoRA dropout RNG's state (for checkpoints).
+    pub fn dropout_rng(&self) -> Rng {
+        self.dropout_rng
+    }
+
+    /// Restores the LoRA dropout RNG (resuming).
+    pub fn set_dropout_rng(&mut self, rng: Rng) {
+        self.dropout_rng = rng;
+    }
+
+    /// The LoRA setup, when training an adapter.
+    pub fn lora(&self) -> Option<&LoraConfig> {
+        self.cfg.lora.as_ref()
+    }
+
+    /// The frozen base tensors (LoRA; empty otherwise).
+    pub fn frozen_specs(&self) -> &[FrozenSpec] {
+        &self.frozen
+    }
+
+    /// The bytes of frozen base tensor `name` as the trainer holds them (its file type).
+    pub fn frozen_bytes(&self, name: &str) -> Result<&[u8]> {
+        let i = self
+            .frozen
+            .iter()
+            .position(|f| f.name == name)
+            .ok_or_else(|| TrainError::Param {
+                name: name.into(),
+                message: "not a frozen base tensor".into(),
+            })?;
+        let g = &self.grad;
+        Ok(g.mem.persistent(&g.plan, g.frozen[i])?)
+    }
+
+    /// `general.architecture` of the model: the source file's, or the config's name.
+    pub fn architecture(&self) -> String {
+        self.gguf_metadata
+            .as_ref()
+            .and_then(|m| {
+                m.iter()
+                    .find(|(k, _)| k == "general.architecture")
+                    .and_then(|(_, v)| v.as_str().map(str::to_string))
+            })
+            .unwrap_or_else(|| self.config.architecture.name().to_string())
+    }
+
+    /// The GGUF metadata [`Trainer::export_gguf`] writes (architecture, hyperparameters,
+    /// tokenizer), for a model that was not loaded from a GGUF file (e.g. random init).
+    pub fn set_export_metadata(&mut self, metadata: Vec<(String, Value)>) {
+        self.gguf_metadata = Some(metadata);
+    }
+
+    /// Tests only: the next `n` steps report a non-finite loss (and so skip their update).
+    #[doc(hidden)]
+    pub fn poison_next_steps(&mut self, n: u32) {
+        self.poison = n;
+    }
+
     fn zero_grads(&mut self) -> Result<()> {
         let g = &mut self.grad;
         for &b in &g.buffers {
@@ -292,9 +414,15 @@ impl Trainer {
         swap_all(
             &mut g.mem, &g.plan, &g.params, &mut e.mem, &e.plan, &e.params,
         )?;
+        swap_all(
+            &mut g.mem, &g.plan, &g.frozen, &mut e.mem, &e.plan, &e.frozen,
+        )?;
         let ran = self.exec.run(&e.plan, &mut e.mem);
         swap_all(
             &mut g.mem, &g.plan, &g.params, &mut e.mem, &e.plan, &e.params,
+        )?;
+        swap_all(
+            &mut g.mem, &g.plan, &g.frozen, &mut e.mem, &e.plan, &e.frozen,
         )?;
         ran?;
         scalar(&self.exec, &e.plan, &e.mem, e.fwd.loss)

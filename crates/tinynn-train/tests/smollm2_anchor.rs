@@ -88,6 +88,7 @@ fn smollm2_full_finetune_matches_pytorch() {
         threads: 2,
         strict: false,
         trace,
+        lora: None,
     };
     let t0 = Instant::now();
     let mut t = Trainer::new(&file, cfg).unwrap();

@@ -1,0 +1,122 @@
+//! `tnn finetune`: fine-tune a model (GGUF file or HF directory), fully (f32 master weights) or
+//! with a LoRA adapter on the frozen base (which keeps its file type: QLoRA on quantized files).
+
+use std::path::PathBuf;
+
+use anyhow::{Context, Result};
+use clap::Args;
+use serde_json::json;
+use tinynn_train::{LoraConfig, Targets, TrainConfig, Trainer};
+
+use crate::model::Model;
+use crate::train_data::{self, Tokenization};
+use crate::train_loop::{self, LoopArgs, Output};
+
+#[derive(Args)]
+pub struct FinetuneArgs {
+    /// Model to fine-tune (default: SmolLM2-135M-Instruct Q4_1 from the cache).
+    #[arg(short = 'm', long = "model")]
+    pub model: Option<PathBuf>,
+    /// Train a LoRA adapter instead of every weight.
+    #[arg(long)]
+    pub lora: bool,
+    /// LoRA rank.
+    #[arg(long, default_value_t = 8, requires = "lora")]
+    pub rank: usize,
+    /// LoRA alpha (the adapter is scaled by alpha/rank).
+    #[arg(long, default_value_t = 16.0, requires = "lora")]
+    pub alpha: f32,
+    /// LoRA dropout on the adapter's input.
+    #[arg(long, default_value_t = 0.05, requires = "lora")]
+    pub dropout: f32,
+    /// Projections to adapt: some of q,k,v,o,gate,up,down (or all).
+    #[arg(long, default_value = "q,v", requires = "lora")]
+    pub targets: String,
+    /// Also write the base with the adapter merged in (DIR/merged.gguf; GGUF bases only).
+    #[arg(long, requires = "lora")]
+    pub merge: bool,
+    /// Chat template file for .jsonl data (default: the model's).
+    #[arg(long = "chat-template")]
+    pub chat_template: Option<PathBuf>,
+    #[command(flatten)]
+    pub train: LoopArgs,
+}
+
+pub fn run(args: &FinetuneArgs) -> Result<()> {
+    let path = match &args.model {
+        Some(p) => p.clone(),
+        None => tinynn_format::model_cache::ensure_default_model()?,
+    };
+    let model = Model::open(&path)?;
+    let tokenizer = model.tokenizer()?;
+    let vocab = model.vocab(&tokenizer)?;
+    let la = &args.train;
+    let template = if la.data.extension().is_some_and(|e| e == "jsonl") {
+        Some(crate::chat::template(
+            &model,
+            &tokenizer,
+            &vocab,
+            args.chat_template.as_deref(),
+        )?)
+    } else {
+        None
+    };
+    let lora = if args.lora {
+        Some(LoraConfig {
+            rank: args.rank,
+            alpha: args.alpha,
+            dropout: args.dropout,
+            targets: Targets::parse(&args.targets)?,
+            seed: la.seed,
+        })
+    } else {
+        None
+    };
+    let cfg = TrainConfig {
+        seq: la.seq,
+        batch: la.batch,
+        accum: la.accum,
+        optimizer: la.optimizer(),
+        clip: la.clip,
+        threads: la.threads(),
+        lora,
+        ..TrainConfig::default()
+    };
+    let mut trainer =
+        Trainer::new(model.source(), cfg).with_context(|| format!("loading {}", path.display()))?;
+    let source = train_data::open(
+        &la.data,
+        la.seq,
+        &Tokenization {
+            tokenizer: &tokenizer,
+            template: template.as_ref(),
+            n_vocab: trainer.hparams().n_vocab,
+        },
+    )?;
+    let mut batcher = la.batcher(source)?;
+    let run = json!({
+        "kind": "finetune",
+        "model": path.display().to_string(),
+        "data": la.data.display().to_string(),
+        "seq": la.seq,
+        "batch": la.batch,
+        "accum": la.accum,
+        "seed": la.seed,
+        "eval_frac": la.eval_frac,
+        "shuffle": !la.no_shuffle,
+        "weight_decay": la.weight_decay,
+        "clip": la.clip,
+        "lora": lora.map(|l| json!({
+            "rank": l.rank,
+            "alpha": l.alpha,
+            "dropout": l.dropout,
+            "targets": l.targets.to_list(),
+        })),
+    });
+    let output = if args.lora {
+        Output::Adapter { merge: args.merge }
+    } else {
+        Output::Model
+    };
+    train_loop::train(&mut trainer, &mut batcher, la, output, run)
+}

@@ -1,0 +1,280 @@
+//! `tnn finetune` / `tnn train` end to end on the tiny HF Llama fixture: LoRA fine-tuning writes
+//! checkpoints, metrics, a loss curve and an adapter that changes `tnn run --lora`'s output; a
+//! resumed run repeats the uninterrupted run's losses bit for bit; three non-finite steps stop
+//! training with the last checkpoint intact; `tnn train` trains from a JSON config.
+
+#[allow(dead_code)]
+mod common;
+
+use std::path::{Path, PathBuf};
+
+use common::{run_measured, tnn};
+
+fn tiny_model() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../tinynn-models/tests/fixtures/tiny-llama")
+}
+
+fn text_file(dir: &Path) -> PathBuf {
+    let p = dir.join("data.txt");
+    let para = "the license is free software and you can change it. \
+                the program is distributed in the hope that it will be useful. ";
+    std::fs::write(&p, para.repeat(40)).unwrap();
+    p
+}
+
+fn finetune(data: &Path, out: &Path, steps: u64, extra: &[&str]) -> common::ffi_wait4::Outcome {
+    let mut cmd = tnn();
+    cmd.args(["finetune", "-m"])
+        .arg(tiny_model())
+        .arg("--data")
+        .arg(data)
+        .args(["--lora", "--alpha", "8", "--dropout", "0.1"])
+        .args(["--seq", "16", "--batch", "2"])
+        .args(["--lr", "5e-3", "--eval-frac", "0.2", "--eval-every", "2"])
+        .args(["-t", "2", "--seed", "3", "--steps"])
+        .arg(steps.to_string())
+        .arg("--out")
+        .arg(out)
+        .args(extra);
+    // Defaults of this test, unless `extra` sets them.
+    for (flag, value) in [("--rank", "4"), ("--targets", "q,v,down")] {
+        if !extra.contains(&flag) {
+            cmd.args([flag, value]);
+        }
+    }
+    run_measured(&mut cmd)
+}
+
+/// (step, loss) of the non-skipped training entries of a metrics log, in order.
+fn losses(out: &Path) -> Vec<(u64, u32)> {
+    let text = std::fs::read_to_string(out.join("metrics.jsonl")).unwrap();
+    let mut seen = std::collections::BTreeMap::new();
+    for line in text.lines() {
+        let v: serde_json::Value = serde_json::from_str(line).unwrap();
+        if v.get("skipped").is_some() || v.get("grad_norm").is_none() {
+            continue;
+        }
+        let loss = v["loss"].as_f64().unwrap() as f32;
+        seen.insert(v["step"].as_u64().unwrap(), loss.to_bits());
+    }
+    seen.into_iter().collect()
+}
+
+fn generate(extra: &[&str]) -> String {
+    let mut cmd = tnn();
+    cmd.args([
+        "run",
+        "-p",
+        "the license",
+        "-n",
+        "12",
+        "--temp",
+        "0",
+        "-t",
+        "2",
+        "-m",
+    ])
+    .arg(tiny_model())
+    .args(extra);
+    let out = run_measured(&mut cmd);
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    out.stdout
+}
+
+#[test]
+fn lora_finetune_resume_and_run_with_the_adapter() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = text_file(dir.path());
+    // Uninterrupted: 6 steps.
+    let full = dir.path().join("full");
+    let out = finetune(&data, &full, 6, &["--save-every", "2"]);
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    for f in [
+        "adapter.gguf",
+        "metrics.jsonl",
+        "loss.png",
+        "latest",
+        "checkpoint-6.gguf",
+    ] {
+        assert!(full.join(f).is_file(), "{f} missing; {}", out.stderr);
+    }
+    assert!(out.stderr.contains("held-out loss"), "{}", out.stderr);
+    assert!(out.max_rss < 1 << 30, "peak RSS {} bytes", out.max_rss);
+    let full_losses = losses(&full);
+    assert_eq!(full_losses.len(), 6);
+
+    // Interrupted after 4 steps, resumed to 6.
+    let part = dir.path().join("part");
+    let out = finetune(&data, &part, 4, &["--save-every", "2"]);
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    let out = finetune(&data, &part, 6, &["--save-every", "2", "--resume"]);
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    assert!(out.stderr.contains("resumed from"), "{}", out.stderr);
+    assert_eq!(losses(&part), full_losses, "resume is bit-exact");
+
+    // A resume with other settings is refused.
+    let out = finetune(&data, &part, 8, &["--resume", "--rank", "8"]);
+    assert_ne!(out.code, Some(0));
+    assert!(out.stderr.contains("other settings"), "{}", out.stderr);
+
+    // The adapter changes the output; scale 0 does not.
+    let adapter = full.join("adapter.gguf");
+    let ad = adapter.to_str().unwrap();
+    let base = generate(&[]);
+    assert_eq!(generate(&["--lora", ad, "--lora-scale", "0"]), base);
+    assert_ne!(generate(&["--lora", ad, "--lora-scale", "20"]), base);
+}
+
+#[test]
+fn three_non_finite_steps_stop_training_with_the_last_checkpoint_intact() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = text_file(dir.path());
+    let out_dir = dir.path().join("run");
+    let out = finetune(
+        &data,
+        &out_dir,
+        10,
+        &["--save-every", "1", "--inject-nan", "3,4,5"],
+    );
+    assert_ne!(out.code, Some(0));
+    assert!(
+        out.stderr.contains("3 non-finite steps in a row")
+            && out
+                .stderr
+                .contains("the last checkpoint (step 2) is intact"),
+        "{}",
+        out.stderr
+    );
+    assert_eq!(
+        std::fs::read_to_string(out_dir.join("latest"))
+            .unwrap()
+            .trim(),
+        "checkpoint-2.gguf"
+    );
+    // Two bad steps are skipped and training goes on.
+    let ok_dir = dir.path().join("ok");
+    let out = finetune(&data, &ok_dir, 4, &["--inject-nan", "2,3"]);
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    assert!(out.stderr.contains("update skipped"), "{}", out.stderr);
+    assert_eq!(losses(&ok_dir).len(), 4);
+}
+
+#[test]
+fn train_from_a_config_and_bad_input() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = text_file(dir.path());
+    let config = dir.path().join("model.json");
+    std::fs::write(
+        &config,
+        r#"{"n_embd": 32, "n_layer": 1, "n_head": 4, "n_head_kv": 2, "n_ff": 64, "n_ctx": 64}"#,
+    )
+    .unwrap();
+    let out_dir = dir.path().join("scratch");
+    let mut cmd = tnn();
+    cmd.args(["train", "--config"])
+        .arg(&config)
+        .arg("--data")
+        .arg(&data)
+        .args([
+            "--seq", "16", "--batch", "2", "--steps", "3", "--lr", "1e-3",
+        ])
+        .args([
+            "-t",
+            "2",
+            "--eval-frac",
+            "0",
+            "--export-type",
+            "f32",
+            "--out",
+        ])
+        .arg(&out_dir);
+    let out = run_measured(&mut cmd);
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    let model = out_dir.join("model.gguf");
+    assert!(model.is_file());
+    // The trained model runs.
+    let mut cmd = tnn();
+    cmd.args([
+        "run", "-p", "the", "-n", "4", "--temp", "0", "-t", "1", "-m",
+    ])
+    .arg(&model);
+    let out = run_measured(&mut cmd);
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+
+    // Bad inputs: one-line errors.
+    let bad = dir.path().join("data.csv");
+    std::fs::write(&bad, "x").unwrap();
+    let out = finetune(&bad, &dir.path().join("x"), 1, &[]);
+    assert_ne!(out.code, Some(0));
+    assert!(out.stderr.contains("unknown data format"), "{}", out.stderr);
+    let out = finetune(&data, &dir.path().join("y"), 1, &["--targets", "q,zz"]);
+    assert!(out.stderr.contains("unknown LoRA target"), "{}", out.stderr);
+    let mut cmd = tnn();
+    cmd.args(["run", "-p", "x", "-n", "1", "-m"])
+        .arg(tiny_model())
+        .arg("--lora")
+        .arg(&model);
+    let out = run_measured(&mut cmd);
+    assert_ne!(out.code, Some(0));
+    assert!(out.stderr.contains("general.type"), "{}", out.stderr);
+}
+
+/// Ctrl-C (SIGINT) saves a checkpoint and exits cleanly; `--resume` continues from it.
+#[test]
+fn ctrl_c_saves_a_checkpoint_and_exits_cleanly() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = text_file(dir.path());
+    let out_dir = dir.path().join("run");
+    let err_path = dir.path().join("stderr");
+    let mut child = tnn()
+        .args(["finetune", "-m"])
+        .arg(tiny_model())
+        .arg("--data")
+        .arg(&data)
+        .args(["--lora", "--seq", "16", "--batch", "2", "-t", "1"])
+        .args(["--steps", "1000000", "--eval-frac", "0", "--out"])
+        .arg(&out_dir)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(&err_path).unwrap())
+        .spawn()
+        .unwrap();
+    // Wait for a few steps in the metrics log.
+    let log = out_dir.join("metrics.jsonl");
+    let t0 = std::time::Instant::now();
+    while std::fs::read_to_string(&log).map_or(0, |s| s.lines().count()) < 3 {
+        assert!(t0.elapsed().as_secs() < 120, "no progress");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    // SAFETY: the pid is our own live child (not yet waited for); SIGINT is a valid signal.
+    assert_eq!(
+        unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGINT) },
+        0
+    );
+    let status = child.wait().unwrap();
+    let stderr = std::fs::read_to_string(&err_path).unwrap();
+    assert!(status.success(), "{stderr}");
+    assert!(stderr.contains("interrupted at step"), "{stderr}");
+    let latest = std::fs::read_to_string(out_dir.join("latest")).unwrap();
+    let step: u64 = latest
+        .trim()
+        .strip_prefix("checkpoint-")
+        .and_then(|s| s.strip_suffix(".gguf"))
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(step >= 3);
+    let mut cmd = tnn();
+    cmd.args(["finetune", "-m"])
+        .arg(tiny_model())
+        .arg("--data")
+        .arg(&data)
+        .args(["--lora", "--seq", "16", "--batch", "2", "-t", "1"])
+        .args(["--eval-frac", "0", "--resume", "--steps"])
+        .arg((step + 2).to_string())
+        .arg("--out")
+        .arg(&out_dir);
+    let out = run_measured(&mut cmd);
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    assert!(out_dir.join("adapter.gguf").is_file());
+}

@@ -1,0 +1,345 @@
+//! LoRA / QLoRA on a tiny random Llama: an untrained adapter (B = 0) gives the base loss
+//! exactly; training moves only A and B (the quantized base's bytes stay as they were); the
+//! adapter GGUF has llama.cpp's keys and shapes and round-trips; at inference an adapter changes
+//! the logits, scale 0 gives the base's exactly, and the merged model matches base + adapter.
+
+use std::path::Path;
+
+use tinynn_cpu::ExecOptions;
+use tinynn_format::gguf::{GgufFile, GgufWriter, Value};
+use tinynn_format::model_config::{Architecture, ModelConfig, RopeScaling};
+use tinynn_format::GgmlType;
+use tinynn_models::lora::{AppliedLora, LoraAdapter};
+use tinynn_models::session::Session;
+use tinynn_train::{LoraConfig, Targets, TrainConfig, TrainError, TrainSource, Trainer};
+
+const SEQ: usize = 16;
+const V: usize = 64;
+
+fn config() -> ModelConfig {
+    ModelConfig {
+        architecture: Architecture::Llama,
+        n_vocab: Some(V as u64),
+        n_ctx_train: Some(64),
+        n_embd: 32,
+        n_layer: 2,
+        n_head: 4,
+        n_head_kv: 2,
+        head_dim: 8,
+        n_ff: Some(64),
+        norm_eps: Some(1e-5),
+        rope_dims: None,
+        rope_freq_base: Some(10000.0),
+        rope_scaling: RopeScaling::None,
+        tie_word_embeddings: Some(true),
+    }
+}
+
+fn random() -> TrainSource<'static> {
+    TrainSource::Random {
+        config: Box::new(config()),
+        seed: 5,
+    }
+}
+
+fn lora(targets: &str, dropout: f32) -> LoraConfig {
+    LoraConfig {
+        rank: 4,
+        alpha: 8.0,
+        dropout,
+        targets: Targets::parse(targets).unwrap(),
+        seed: 11,
+    }
+}
+
+fn cfg(lora: Option<LoraConfig>) -> TrainConfig {
+    TrainConfig {
+        seq: SEQ,
+        batch: 2,
+        threads: 2,
+        lora,
+        ..TrainConfig::default()
+    }
+}
+
+fn batch() -> (Vec<i32>, Vec<i32>) {
+    let ids: Vec<i32> = (0..2 * SEQ as i32)
+        .map(|i| (i * 7 + 3) % V as i32)
+        .collect();
+    let labels: Vec<i32> = ids[1..].iter().copied().chain([-1]).collect();
+    (ids, labels)
+}
+
+/// Writes the random model as a GGUF file: matrices as `ty`, 1-D tensors as F32.
+fn write_model(path: &Path, ty: GgmlType) {
+    let t = Trainer::new(random(), cfg(None)).unwrap();
+    let mut w = GgufWriter::new();
+    w.set_str("general.architecture", "llama");
+    for (k, v) in [
+        ("llama.block_count", 2u32),
+        ("llama.context_length", 64),
+        ("llama.embedding_length", 32),
+        ("llama.feed_forward_length", 64),
+        ("llama.attention.head_count", 4),
+        ("llama.attention.head_count_kv", 2),
+        ("llama.vocab_size", V as u32),
+    ] {
+        w.set(k, Value::U32(v));
+    }
+    w.set("llama.attention.layer_norm_rms_epsilon", Value::F32(1e-5));
+    w.set("llama.rope.freq_base", Value::F32(10000.0));
+    let params = t.params().unwrap();
+    let encoded: Vec<(GgmlType, Vec<u8>)> = params
+        .iter()
+        .map(|p| {
+            let tt = if p.dims.len() == 1 { GgmlType::F32 } else { ty };
+            let row = tinynn_core::quant::row_bytes(tt, p.dims[0]).unwrap();
+            let mut b = vec![0u8; row * p.data.len() / p.dims[0]];
+            tinynn_core::quant::quantize_row(tt, &p.data, &mut b).unwrap();
+            (tt, b)
+        })
+        .collect();
+    for (p, (tt, b)) in params.iter().zip(&encoded) {
+        let dims: Vec<u64> = p.dims.iter().map(|&d| d as u64).collect();
+        w.add_tensor(&p.name, *tt, &dims, b).unwrap();
+    }
+    w.write_atomic(path).unwrap();
+}
+
+#[test]
+fn an_untrained_adapter_gives_the_base_loss_exactly() {
+    let (ids, labels) = batch();
+    let mut base = Trainer::new(random(), cfg(None)).unwrap();
+    let mut adapted = Trainer::new(random(), cfg(Some(lora("all", 0.0)))).unwrap();
+    assert_eq!(adapted.param_specs().len(), 2 * 7 * 2, "A and B per target");
+    assert_eq!(adapted.frozen_specs().len(), base.param_specs().len());
+    let b = base.eval_loss(&ids, &labels).unwrap();
+    let a = adapted.eval_loss(&ids, &labels).unwrap();
+    assert_eq!(a.to_bits(), b.to_bits(), "{a} vs {b}");
+    // The first training step's loss too (dropout off).
+    let sb = base.step(&ids, &labels, 0.0).unwrap().loss;
+    let sa = adapted.step(&ids, &labels, 0.0).unwrap().loss;
+    assert_eq!(sa.to_bits(), sb.to_bits());
+}
+
+#[test]
+fn bad_lora_settings_are_typed_errors() {
+    let mut l = lora("q", 0.0);
+    l.rank = 0;
+    assert!(matches!(
+        Trainer::new(random(), cfg(Some(l))),
+        Err(TrainError::Invalid(_))
+    ));
+    let mut l = lora("q", 0.0);
+    l.dropout = 1.0;
+    assert!(Trainer::new(random(), cfg(Some(l))).is_err());
+    assert!(Targets::parse("q,nope").is_err());
+}
+
+/// QLoRA on a Q8_0 file: only A/B move, the base bytes stay; the loss falls; the adapter file
+/// has llama.cpp's keys and shapes and its tensors are the trainer's; at inference the adapter
+/// changes the logits, scale 0 gives the base's bit for bit, and the merged export matches.
+#[test]
+fn qlora_trains_only_the_adapter_and_exports_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("base-q8.gguf");
+    write_model(&src, GgmlType::Q8_0);
+    let file = GgufFile::open(&src).unwrap();
+    let mut t = Trainer::new(&file, cfg(Some(lora("q,k,v,o,gate,up,down", 0.1)))).unwrap();
+    assert!(t
+        .frozen_specs()
+        .iter()
+        .any(|f| f.dtype == GgmlType::Q8_0 && f.name == "blk.0.attn_q.weight"));
+    let before: Vec<Vec<u8>> = t
+        .frozen_specs()
+        .iter()
+        .map(|f| t.frozen_bytes(&f.name).unwrap().to_vec())
+        .collect();
+    let p0 = t.params().unwrap();
+    let (ids, labels) = batch();
+    let first = t.step(&ids, &labels, 1e-2).unwrap();
+    assert!(!first.skipped && first.step == 1);
+    for _ in 0..9 {
+        t.step(&ids, &labels, 1e-2).unwrap();
+    }
+    let trained = t.eval_loss(&ids, &labels).unwrap();
+    assert!(trained < first.loss, "{} → {trained}", first.loss);
+    for (f, b) in t.frozen_specs().iter().zip(&before) {
+        assert_eq!(t.frozen_bytes(&f.name).unwrap(), b.as_slice(), "{}", f.name);
+    }
+    let p1 = t.params().unwrap();
+    for (a, b) in p0.iter().zip(&p1) {
+        assert_ne!(a.data, b.data, "{} did not move", a.name);
+    }
+    // Optimizer state exists for A/B only.
+    let opt = t.optimizer_state().unwrap();
+    assert_eq!(opt.tensors.len(), 2 * p1.len());
+    assert!(opt.tensors.iter().all(|s| s.name.contains(".lora_")));
+
+    // The adapter file.
+    let ad_path = dir.path().join("adapter.gguf");
+    t.export_adapter(&ad_path).unwrap();
+    let ad_file = GgufFile::open(&ad_path).unwrap();
+    let g = ad_file.gguf();
+    let s = |k: &str| g.get_raw(k).and_then(|v| v.as_str()).map(str::to_string);
+    assert_eq!(s("general.type").as_deref(), Some("adapter"));
+    assert_eq!(s("adapter.type").as_deref(), Some("lora"));
+    assert_eq!(s("general.architecture").as_deref(), Some("llama"));
+    assert!(matches!(g.get_raw("adapter.lora.alpha"), Some(Value::F32(a)) if *a == 8.0));
+    for p in &p1 {
+        let v = ad_file.tensor(&p.name).unwrap();
+        let dims: Vec<u64> = p.dims.iter().map(|&d| d as u64).collect();
+        assert_eq!(v.info.dims, dims);
+        assert_eq!(v.ggml_type(), GgmlType::F32);
+        let got: &[f32] = bytemuck::cast_slice(v.data);
+        assert_eq!(got, p.data.as_slice(), "{}", p.name);
+    }
+    // llama.cpp's shape rules: a.ne0 = W.ne0, b.ne1 = W.ne1, a.ne1 = b.ne0 = r.
+    let a = ad_file.tensor("blk.1.ffn_down.weight.lora_a").unwrap();
+    let b = ad_file.tensor("blk.1.ffn_down.weight.lora_b").unwrap();
+    let w = file.tensor("blk.1.ffn_down.weight").unwrap();
+    assert_eq!(
+        (
+            a.info.dims[0],
+            b.info.dims[1],
+            a.info.dims[1],
+            b.info.dims[0]
+        ),
+        (w.info.dims[0], w.info.dims[1], 4, 4)
+    );
+    let adapter = LoraAdapter::from_gguf(&ad_file).unwrap();
+    assert_eq!(adapter.pairs.len(), 14);
+
+    // Inference: base, base + adapter at scale 0 and 1.
+    let tokens: Vec<u32> = ids[..SEQ].iter().map(|&i| i as u32).collect();
+    let opts = ExecOptions {
+        threads: 2,
+        ..ExecOptions::default()
+    };
+    let logits = |lora: Option<AppliedLora<'_>>, f: &GgufFile| {
+        let mut s = Session::with_lora(f, 64, opts, true, lora).unwrap();
+        s.eval_batch(&tokens).unwrap();
+        s.all_logits().to_vec()
+    };
+    let base = logits(None, &file);
+    let zero = logits(
+        Some(AppliedLora {
+            adapter: &adapter,
+            scale: 0.0,
+        }),
+        &file,
+    );
+    assert_eq!(base, zero, "scale 0 is the base model");
+    let one = logits(
+        Some(AppliedLora {
+            adapter: &adapter,
+            scale: 1.0,
+        }),
+        &file,
+    );
+    let diff = one
+        .iter()
+        .zip(&base)
+        .map(|(a, b)| (a - b).abs())
+        .fold(0f32, f32::max);
+    assert!(diff > 1e-3, "the adapter changes the logits ({diff})");
+
+    // Merged into an F32 model: the same logits within rounding.
+    let merged = dir.path().join("merged.gguf");
+    t.export_gguf(&merged, GgmlType::F32).unwrap();
+    let mf = GgufFile::open(&merged).unwrap();
+    assert_eq!(
+        mf.tensor("blk.0.attn_q.weight").unwrap().ggml_type(),
+        GgmlType::F32
+    );
+    assert_eq!(
+        mf.tensor("token_embd.weight").unwrap().ggml_type(),
+        GgmlType::Q8_0,
+        "tensors without an adapter keep their type"
+    );
+    let m = logits(None, &mf);
+    let scale = one.iter().map(|x| x.abs()).fold(0f32, f32::max);
+    let err = m
+        .iter()
+        .zip(&one)
+        .map(|(a, b)| (a - b).abs())
+        .fold(0f32, f32::max);
+    // The adapted model reads Q8_0 weights with quantized activations; the merged one F32.
+    assert!(
+        err <= 0.02 * scale,
+        "merged vs base + adapter: {err} (scale {scale})"
+    );
+}
+
+/// An adapter for another architecture or other shapes is refused with a clear error.
+#[test]
+fn mismatched_adapters_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("base.gguf");
+    write_model(&src, GgmlType::F16);
+    let file = GgufFile::open(&src).unwrap();
+    let t = Trainer::new(&file, cfg(Some(lora("q", 0.0)))).unwrap();
+    let mut params = t.params().unwrap();
+    let ok = dir.path().join("ok.gguf");
+    t.export_adapter(&ok).unwrap();
+    let ok_file = GgufFile::open(&ok).unwrap();
+    let adapter = LoraAdapter::from_gguf(&ok_file).unwrap();
+    let opts = ExecOptions::default();
+    assert!(Session::with_lora(
+        &file,
+        64,
+        opts,
+        false,
+        Some(AppliedLora {
+            adapter: &adapter,
+            scale: 1.0
+        })
+    )
+    .is_ok());
+    // Another architecture.
+    let qwen = dir.path().join("qwen.gguf");
+    tinynn_train::lora::write_adapter(&qwen, "qwen2", t.lora().unwrap(), &params).unwrap();
+    let qf = GgufFile::open(&qwen).unwrap();
+    let qa = LoraAdapter::from_gguf(&qf).unwrap();
+    let err = Session::with_lora(
+        &file,
+        64,
+        opts,
+        false,
+        Some(AppliedLora {
+            adapter: &qa,
+            scale: 1.0,
+        }),
+    )
+    .err()
+    .unwrap()
+    .to_string();
+    assert!(err.contains("architecture 'qwen2'"), "{err}");
+    // Wrong shapes: A with one row too few.
+    let a = &mut params[0];
+    a.dims[0] -= 1;
+    a.data.truncate(a.dims[0] * a.dims[1]);
+    let bad = dir.path().join("bad.gguf");
+    tinynn_train::lora::write_adapter(&bad, "llama", t.lora().unwrap(), &params).unwrap();
+    let bf = GgufFile::open(&bad).unwrap();
+    let ba = LoraAdapter::from_gguf(&bf).unwrap();
+    let err = Session::with_lora(
+        &file,
+        64,
+        opts,
+        false,
+        Some(AppliedLora {
+            adapter: &ba,
+            scale: 1.0,
+        }),
+    )
+    .err()
+    .unwrap()
+    .to_string();
+    assert!(err.contains("does not fit"), "{err}");
+    // Not an adapter at all.
+    assert!(LoraAdapter::from_gguf(&file)
+        .unwrap_err()
+        .to_string()
+        .contains("general.type"));
+}
