@@ -25,16 +25,19 @@ fn flash_attn_matches_naive_attention() {
     let mut rng = Rng::new(21);
     // The last shapes cover the 16-lane F16 tiles: several tiles per KV head, a partial one,
     // head sizes that are not a multiple of 16 (or of 4), a causal-style mask.
-    for (d, n_q, h, h_kv, n_kv, cache, softcap, use_mask, kv_len) in [
-        (16, 3, 4, 2, 7, F32, 0.0, true, None),
-        (16, 3, 4, 2, 7, GgmlType::F16, 0.0, false, Some(5)),
-        (16, 3, 4, 2, 7, F32, 2.0, true, Some(6)),
-        (64, 13, 9, 3, 20, GgmlType::F16, 0.0, true, None),
-        (72, 6, 4, 1, 9, GgmlType::F16, 0.0, true, Some(8)),
-        (34, 5, 2, 2, 11, GgmlType::F16, 0.0, false, None),
+    // Masks: 0 = values and −∞, 1 = only 0 and −∞ (causal), 2 = only 0 and −∞ with holes.
+    for (d, n_q, h, h_kv, n_kv, cache, softcap, use_mask, kv_len, mask_kind) in [
+        (16, 3, 4, 2, 7, F32, 0.0, true, None, 0),
+        (16, 3, 4, 2, 7, GgmlType::F16, 0.0, false, Some(5), 0),
+        (16, 3, 4, 2, 7, F32, 2.0, true, Some(6), 0),
+        (64, 13, 9, 3, 20, GgmlType::F16, 0.0, true, None, 0),
+        (72, 6, 4, 1, 9, GgmlType::F16, 0.0, true, Some(8), 0),
+        (34, 5, 2, 2, 11, GgmlType::F16, 0.0, false, None, 0),
         // 64+ query rows: the blocked f32 path, several KV blocks, a partial last one.
-        (64, 70, 3, 1, 150, GgmlType::F16, 0.0, true, Some(141)),
-        (40, 64, 2, 2, 64, GgmlType::F16, 0.0, false, None),
+        (64, 70, 3, 1, 150, GgmlType::F16, 0.0, true, Some(141), 0),
+        (40, 64, 2, 2, 64, GgmlType::F16, 0.0, false, None, 0),
+        (64, 80, 3, 1, 200, GgmlType::F16, 0.0, true, Some(190), 1),
+        (48, 66, 2, 1, 130, GgmlType::F16, 0.0, true, None, 2),
     ] {
         let q = rng.vec(d * n_q * h);
         let (k, v) = (rng.vec(d * n_kv * h_kv), rng.vec(d * n_kv * h_kv));
@@ -45,10 +48,12 @@ fn flash_attn_matches_naive_attention() {
         };
         let mask: Vec<f32> = (0..n_kv * n_q)
             .map(|i| {
-                if i % n_kv > 4 + i / n_kv {
-                    f32::NEG_INFINITY
-                } else {
-                    0.1 * (i % 3) as f32
+                let (j, q) = (i % n_kv, i / n_kv);
+                let hidden = j > 4 + q || (mask_kind == 2 && j % 7 == 3);
+                match (hidden, mask_kind) {
+                    (true, _) => f32::NEG_INFINITY,
+                    (false, 0) => 0.1 * (i % 3) as f32,
+                    (false, _) => 0.0,
                 }
             })
             .collect();
