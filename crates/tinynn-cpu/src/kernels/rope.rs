@@ -21,6 +21,9 @@ fn ramp(low: f32, high: f32, i0: usize) -> f32 {
 }
 
 /// `inverse`: rotate by the negative angle (the gradient of the forward rotation).
+/// Largest half rotation size whose sines and cosines are kept per token.
+const MAX_HALF: usize = 256;
+
 pub(crate) fn rope(
     r: &Rope,
     has_freq_factors: bool,
@@ -52,10 +55,36 @@ pub(crate) fn rope(
         r.attn_factor
     };
     let half = r.n_dims / 2;
+    // The rotation of a token is the same for every head: computed once per token (rows of
+    // one token are consecutive), then applied.
+    let mut table = [(0f32, 0f32); MAX_HALF];
+    let mut table_token = usize::MAX;
+    let cached = half <= MAX_HALF;
     for row in split(n_head * n_tok, ctx.ith, ctx.nth) {
         let (h, t) = (row % n_head, row / n_head);
         // Contiguous F32 rows; this thread's row; in place each pair is read before it is written.
         let (xin, out) = (x.row_f32_ptr(h, t, 0), dst.row_f32_ptr(h, t, 0));
+        if cached && table_token == t {
+            for (i, &(s, c)) in table[..half].iter().enumerate() {
+                let (i0, i1) = match r.mode {
+                    RopeMode::Normal => (2 * i, 2 * i + 1),
+                    RopeMode::Neox => (i, i + half),
+                };
+                // SAFETY: i0, i1 < n_dims ≤ head_dim of contiguous F32 rows; in place each pair
+                // is read before it is written.
+                unsafe {
+                    let (x0, x1) = (xin.add(i0).read(), xin.add(i1).read());
+                    out.add(i0).write(x0 * c - x1 * s);
+                    out.add(i1).write(x0 * s + x1 * c);
+                }
+            }
+            for j in r.n_dims..head_dim {
+                // SAFETY: j < head_dim.
+                unsafe { out.add(j).write(xin.add(j).read()) };
+            }
+            continue;
+        }
+        table_token = if cached { t } else { usize::MAX };
         let mut theta_base = positions[t] as f32;
         for i in 0..half {
             // SAFETY: i < n_dims/2, the length of the factors (builder-checked).
@@ -89,6 +118,9 @@ pub(crate) fn rope(
                 (s * mscale, c * mscale)
             };
             let s = if inverse { -s } else { s };
+            if cached {
+                table[i] = (s, c);
+            }
             let (i0, i1) = match r.mode {
                 RopeMode::Normal => (2 * i, 2 * i + 1),
                 RopeMode::Neox => (i, i + half),
