@@ -118,8 +118,8 @@ pub(crate) fn rope(
                 (s * mscale, c * mscale)
             };
             let s = if inverse { -s } else { s };
-            if cached {
-                table[i] = (s, c);
+            if let Some(slot) = table.get_mut(i).filter(|_| cached) {
+                *slot = (s, c);
             }
             let (i0, i1) = match r.mode {
                 RopeMode::Normal => (2 * i, 2 * i + 1),
