@@ -38,6 +38,7 @@ pub(super) use avx512::tile;
 
 #[cfg(target_arch = "x86_64")]
 mod avx512 {
+    use super::super::PF_BYTES;
     use std::arch::x86_64::*;
 
     /// `T` tokens × 16 rows over `nb` blocks.
@@ -59,6 +60,13 @@ mod avx512 {
             // SAFETY: block b of the group and of every token row is in bounds (caller).
             unsafe {
                 let wb = w.add(b * 544);
+                if T == 1 {
+                    // Decode streams the weights once: ask for the block PF_BYTES ahead.
+                    let ahead = wb.wrapping_add(PF_BYTES) as *const i8;
+                    for line in 0..9 {
+                        _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(64 * line));
+                    }
+                }
                 let d = _mm512_cvtph_ps(_mm256_loadu_si256(wb as *const __m256i));
                 let mut q = [_mm512_setzero_si512(); 8];
                 for (j, qj) in q.iter_mut().enumerate() {
