@@ -46,10 +46,19 @@ pub(crate) fn flash_attn(
         attend::<f64>(scale, softcap, mask, n_kv, a, ctx);
     } else if a.src(2).layout.dtype == GgmlType::F16 && k.layout.dtype == GgmlType::F16 {
         if softcap == 0.0 && attention_tile::available() && tile_fits(mask.as_ref(), a) {
-            attend_tiled(scale, mask, n_kv, a, ctx);
+            attend_tiled(scale, mask, n_kv, false, a, ctx);
         } else {
             attend_f16_cache(scale, softcap, mask, n_kv, a, ctx);
         }
+    } else if softcap == 0.0
+        && attention_tile::available()
+        && [k, a.src(2)]
+            .iter()
+            .all(|t| t.layout.dtype == GgmlType::F32 && t.layout.nb[0] == 4)
+        && tile_fits(mask.as_ref(), a)
+    {
+        // F32 K/V (training): the blocked f32 arithmetic whatever the batch size.
+        attend_tiled(scale, mask, n_kv, true, a, ctx);
     } else {
         attend::<f32>(scale, softcap, mask, n_kv, a, ctx);
     }
@@ -73,12 +82,13 @@ thread_local! {
 
 /// 16 (query, head) lanes of one KV head at a time: [`attend_f16_cache`]'s arithmetic for
 /// small batches (`simd::attention_tile`), blocked f32 attention for prompts
-/// (`simd::attention_block`). Tiles go round-robin to the threads, so causal prompts (later
-/// rows attend to more) split evenly.
+/// (`simd::attention_block`, always taken with `f32_kv`: F32 K/V). Tiles go round-robin to
+/// the threads, so causal prompts (later rows attend to more) split evenly.
 fn attend_tiled(
     scale: f32,
     mask: Option<super::RawTensor>,
     n_kv: usize,
+    f32_kv: bool,
     a: &StepArgs<'_>,
     ctx: &Ctx<'_>,
 ) {
@@ -88,7 +98,7 @@ fn attend_tiled(
     let per_kv_head = (n_q * group).div_ceil(LANES);
     // Batches of at least 64 query rows take the blocked f32 arithmetic, smaller ones (decode)
     // ggml's f16 one — the same switch llama.cpp's CPU backend makes.
-    let blocked = n_q >= BLOCKED_MIN_ROWS;
+    let blocked = f32_kv || n_q >= BLOCKED_MIN_ROWS;
     let io = TileIo {
         q,
         k,
@@ -108,7 +118,7 @@ fn attend_tiled(
                 *lane = (p / group, hk * group + p % group);
             }
             // SAFETY: available() was checked by the caller; the builder checked the shapes
-            // (q [d, n_q, H], k/v F16 [·, n_kv, H_kv] with contiguous rows, mask [n_kv, ≥ n_q]
+            // (q [d, n_q, H], k/v F16/F32 [·, n_kv, H_kv] with contiguous rows, mask [n_kv, ≥ n_q]
             // F32, dst [dv, H, n_q] contiguous rows); n_kv ≤ the cache length; each (i, h) lane
             // belongs to exactly one job, so its output row is this thread's.
             unsafe {

@@ -75,8 +75,8 @@ pub(crate) unsafe fn attend_blocked(
             let score = if _mm512_cmp_ps_mask::<_CMP_NEQ_UQ>(m, neg_inf) == 0 {
                 neg_inf
             } else {
-                // SAFETY: row (j, hk) of k is inside k, contiguous F16 (caller).
-                unsafe { f16_row_to_f32(k.row(j, hk, 0).as_ptr(), &mut s.k_row[..d]) };
+                // SAFETY: row (j, hk) of k is inside k, contiguous F16 or F32 (caller).
+                unsafe { load_row(k, j, hk, &mut s.k_row[..d]) };
                 // SAFETY: d ≤ MAX_D rows of q_t and values of k_row.
                 let dot = unsafe { lane_dots(&s.q_t, &s.k_row, d) };
                 _mm512_add_ps(_mm512_mul_ps(dot, _mm512_set1_ps(io.scale)), m)
@@ -118,13 +118,8 @@ pub(crate) unsafe fn attend_blocked(
                 _mm512_storeu_ps(pp, e);
                 psum = _mm512_add_ps(psum, e);
             }
-            // SAFETY: row (j0 + jj, hk) of v is inside v, contiguous F16 (caller).
-            unsafe {
-                f16_row_to_f32(
-                    v.row(j0 + jj, hk, 0).as_ptr(),
-                    &mut s.v_blk[jj * dv..(jj + 1) * dv],
-                )
-            };
+            // SAFETY: row (j0 + jj, hk) of v is inside v, contiguous F16 or F32 (caller).
+            unsafe { load_row(v, j0 + jj, hk, &mut s.v_blk[jj * dv..(jj + 1) * dv]) };
         }
         sum = _mm512_add_ps(sum, psum);
         // acc[c] += Σ_jj p[jj] · v[jj][c], eight value columns at a time in registers.
@@ -160,6 +155,24 @@ pub(crate) unsafe fn attend_blocked(
     unreachable!("attend_blocked is only offered where AVX-512 is available");
 }
 
+/// Row `(j, hk)` of an F16 or F32 tensor with contiguous rows, as f32.
+///
+/// # Safety
+/// AVX-512F + F16C; the row exists and holds `out.len()` values.
+#[cfg(target_arch = "x86_64")]
+#[inline]
+#[target_feature(enable = "avx512f,f16c")]
+unsafe fn load_row(t: &crate::kernels::RawTensor, j: usize, hk: usize, out: &mut [f32]) {
+    if t.layout.dtype == tinynn_format::GgmlType::F32 {
+        // SAFETY: the row holds out.len() contiguous f32s (caller).
+        let row = unsafe { std::slice::from_raw_parts(t.row_f32_ptr(j, hk, 0), out.len()) };
+        out.copy_from_slice(row);
+    } else {
+        // SAFETY: the row holds out.len() contiguous f16s (caller).
+        unsafe { f16_row_to_f32(t.row(j, hk, 0).as_ptr(), out) };
+    }
+}
+
 /// 16 lane scores `Σ_c q_t[c][l] · k[c]` over 8 accumulators.
 ///
 /// # Safety
@@ -167,7 +180,7 @@ pub(crate) unsafe fn attend_blocked(
 #[cfg(target_arch = "x86_64")]
 #[inline]
 #[target_feature(enable = "avx512f,fma")]
-unsafe fn lane_dots(q_t: &[f32], k: &[f32], d: usize) -> __m512 {
+pub(crate) unsafe fn lane_dots(q_t: &[f32], k: &[f32], d: usize) -> __m512 {
     let mut a = [_mm512_setzero_ps(); 8];
     let mut c = 0;
     while c + 8 <= d {

@@ -26,9 +26,9 @@ pub(crate) fn available() -> bool {
 pub(crate) struct TileIo {
     /// F32 `[d, n_q, n_head]` (any strides).
     pub q: RawTensor,
-    /// F16 `[d, n_kv, n_head_kv]` with contiguous rows.
+    /// F16 `[d, n_kv, n_head_kv]` with contiguous rows (F32 too on the blocked path).
     pub k: RawTensor,
-    /// F16 `[dv, n_kv, n_head_kv]` with contiguous rows.
+    /// F16 `[dv, n_kv, n_head_kv]` with contiguous rows (F32 too on the blocked path).
     pub v: RawTensor,
     /// F32 `[n_kv, ≥ n_q]`, added to the scores.
     pub mask: Option<RawTensor>,

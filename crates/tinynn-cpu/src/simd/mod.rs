@@ -5,6 +5,7 @@
 //! Every SIMD kernel has the scalar reference (`tinynn_core::quant::vec_dot`) as its oracle in
 //! tests; formats without a SIMD kernel use that reference.
 
+pub(crate) mod attention_back;
 pub(crate) mod attention_block;
 pub(crate) mod attention_tile;
 #[cfg(target_arch = "x86_64")]
