@@ -388,6 +388,93 @@ fn mul_mat_with_strided_activations() {
     );
 }
 
+/// F32 products at sizes that span several blocks of the AVX-512 GEMM (reduction past one
+/// 256-block, output rows past 32-lane tiles with a tail, columns past one 128-job with a
+/// tail), with transposed operands and broadcast batches, against f64 references.
+#[test]
+fn f32_products_blocked_sizes() {
+    let mut rng = Rng::new(21);
+    let (k, n, m) = (300, 70, 137);
+    // mul_mat: y(ni, mi) = Σ_j w(j, ni) x(j, mi), with a broadcast weight batch.
+    let (b2, c2) = (2, 4);
+    let (w, x) = (rng.vec(k * n * b2), rng.vec(k * m * c2));
+    let mut g = Graph::new();
+    let wt = g.input("w", F32, &[k, n, b2]).unwrap();
+    let xt = g.input("x", F32, &[k, m, c2]).unwrap();
+    let y = g.mul_mat(wt, xt).unwrap();
+    let mut want = vec![0f64; n * m * c2];
+    for i2 in 0..c2 {
+        for mi in 0..m {
+            for ni in 0..n {
+                want[idx([n, m, c2, 1], [ni, mi, i2, 0])] = (0..k)
+                    .map(|j| {
+                        f64::from(w[j + k * (ni + n * (i2 / (c2 / b2)))])
+                            * f64::from(x[j + k * (mi + m * i2)])
+                    })
+                    .sum();
+            }
+        }
+    }
+    let inputs = [Input::F32(wt, w.clone()), Input::F32(xt, x.clone())];
+    check("mul_mat f32 blocked", &g, y, &inputs, &[], &want, TOL);
+
+    // mul_mat_t: y(j, mi) = Σ_ni w(j, ni) dy(ni, mi).
+    let (w, dy) = (rng.vec(k * n), rng.vec(n * m));
+    let mut g = Graph::new();
+    let wt = g.input("w", F32, &[k, n]).unwrap();
+    let dyt = g.input("dy", F32, &[n, m]).unwrap();
+    let y = g.mul_mat_t(wt, dyt).unwrap();
+    let want: Vec<f64> = (0..k * m)
+        .map(|e| {
+            let (j, mi) = (e % k, e / k);
+            (0..n)
+                .map(|ni| f64::from(w[j + k * ni]) * f64::from(dy[ni + n * mi]))
+                .sum()
+        })
+        .collect();
+    let inputs = [Input::F32(wt, w), Input::F32(dyt, dy)];
+    check("mul_mat_t f32 blocked", &g, y, &inputs, &[], &want, TOL);
+
+    // out_prod: y(i, j) = Σ_r a(i, r) b(j, r), a plain and transposed, b transposed.
+    for a_transposed in [false, true] {
+        let (av, bv) = (rng.vec(n * k), rng.vec(k * m));
+        let mut g = Graph::new();
+        let (at, a) = if a_transposed {
+            let at = g.input("aT", F32, &[k, n]).unwrap();
+            (at, g.transpose(at).unwrap())
+        } else {
+            let at = g.input("a", F32, &[n, k]).unwrap();
+            (at, at)
+        };
+        let bt = g.input("bT", F32, &[k, m]).unwrap();
+        let b = g.transpose(bt).unwrap(); // [m, k]
+        let y = g.out_prod(a, b).unwrap(); // [n, m]
+        let a_at = |i: usize, r: usize| {
+            f64::from(if a_transposed {
+                av[r + k * i]
+            } else {
+                av[i + n * r]
+            })
+        };
+        let want: Vec<f64> = (0..n * m)
+            .map(|e| {
+                let (i, j) = (e % n, e / n);
+                (0..k).map(|r| a_at(i, r) * f64::from(bv[r + k * j])).sum()
+            })
+            .collect();
+        let inputs = [Input::F32(at, av), Input::F32(bt, bv)];
+        check(
+            &format!("out_prod f32 blocked (a transposed: {a_transposed})"),
+            &g,
+            y,
+            &inputs,
+            &[],
+            &want,
+            TOL,
+        );
+    }
+}
+
 #[test]
 fn get_rows_from_quantized_table_and_cpy_conversions() {
     let mut rng = Rng::new(9);

@@ -18,6 +18,7 @@ mod avx2_q5;
 mod avx512;
 #[cfg(target_arch = "x86_64")]
 mod avx512_kquants;
+pub(crate) mod gemm_f32;
 pub mod quantize_q8;
 pub mod vexp;
 
