@@ -394,7 +394,7 @@ fn mul_mat_with_strided_activations() {
 #[test]
 fn f32_products_blocked_sizes() {
     let mut rng = Rng::new(21);
-    let (k, n, m) = (300, 70, 137);
+    let (k, n, m) = (300, 70, 263);
     // mul_mat: y(ni, mi) = Σ_j w(j, ni) x(j, mi), with a broadcast weight batch.
     let (b2, c2) = (2, 4);
     let (w, x) = (rng.vec(k * n * b2), rng.vec(k * m * c2));
@@ -472,6 +472,142 @@ fn f32_products_blocked_sizes() {
             &want,
             TOL,
         );
+    }
+}
+
+/// `ExecOptions::bf16_matmul`: the three F32 products equal f64 sums of the operands rounded
+/// to bf16 (nearest, ties to even), on 1-3 threads; an odd reduction length pads the last
+/// pair. Without AVX-512 BF16 the option leaves them f32.
+#[test]
+fn f32_products_in_bf16() {
+    use tinynn_core::plan::Plan;
+    use tinynn_cpu::simd::{bf16_available, bf16_bits};
+    use tinynn_cpu::{ExecOptions, Executor, Memory};
+    let bf = |x: f32| f32::from_bits(u32::from(bf16_bits(x)) << 16);
+    assert_eq!(bf16_bits(1.0 + 1.0 / 256.0), 0x3f80); // a tie: to even
+    assert_eq!(bf16_bits(1.0 + 3.0 / 256.0), 0x3f82);
+    assert_eq!(bf16_bits(-3.0e38), 0xff62);
+    let run = |g: &Graph, y, inputs: &[(tinynn_core::tensor::TensorId, Vec<f32>)], threads| {
+        let mut g = g.clone();
+        g.set_output(y).unwrap();
+        let plan = Plan::compile(g);
+        let mut mem = Memory::new(&plan);
+        for (t, v) in inputs {
+            mem.write_f32(&plan, *t, v).unwrap();
+        }
+        let opts = ExecOptions {
+            threads,
+            bf16_matmul: true,
+            ..ExecOptions::default()
+        };
+        let mut e = Executor::with_options(&plan, opts);
+        e.run(&plan, &mut mem).unwrap();
+        e.read_f32(&plan, &mem, y).unwrap()
+    };
+    let mut rng = Rng::new(22);
+    let (k, n, m) = (301, 70, 263);
+    // (name, graph, output, inputs, a(i, r), b(j, r)) with y(i, j) = Σ_r a(i, r) b(j, r).
+    type Case = (
+        String,
+        Graph,
+        tinynn_core::tensor::TensorId,
+        Vec<(tinynn_core::tensor::TensorId, Vec<f32>)>,
+        Vec<f64>,
+        Vec<f64>,
+    );
+    let mut cases: Vec<Case> = Vec::new();
+    let want = |a: &dyn Fn(usize, usize) -> f32, b: &dyn Fn(usize, usize) -> f32, round: bool| {
+        let f = |x: f32| f64::from(if round { bf(x) } else { x });
+        (0..n * m)
+            .map(|e| (0..k).map(|r| f(a(e % n, r)) * f(b(e / n, r))).sum())
+            .collect::<Vec<f64>>()
+    };
+    {
+        let (w, x) = (rng.vec(k * n), rng.vec(k * m));
+        let mut g = Graph::new();
+        let (wt, xt) = (
+            g.input("w", F32, &[k, n]).unwrap(),
+            g.input("x", F32, &[k, m]).unwrap(),
+        );
+        let y = g.mul_mat(wt, xt).unwrap();
+        let (a, b) = (
+            |i: usize, r: usize| w[r + k * i],
+            |j: usize, r: usize| x[r + k * j],
+        );
+        let (wr, wf) = (want(&a, &b, true), want(&a, &b, false));
+        cases.push((
+            "mul_mat".into(),
+            g,
+            y,
+            vec![(wt, w.clone()), (xt, x.clone())],
+            wr,
+            wf,
+        ));
+    }
+    {
+        // mul_mat_t: y(i, j) = Σ_r w(i, r) dy(r, j), w [n, k] (rows of length n), dy [k, m].
+        let (w, dy) = (rng.vec(n * k), rng.vec(k * m));
+        let mut g = Graph::new();
+        let (wt, dyt) = (
+            g.input("w", F32, &[n, k]).unwrap(),
+            g.input("dy", F32, &[k, m]).unwrap(),
+        );
+        let y = g.mul_mat_t(wt, dyt).unwrap();
+        let (a, b) = (
+            |i: usize, r: usize| w[i + n * r],
+            |j: usize, r: usize| dy[r + k * j],
+        );
+        let (wr, wf) = (want(&a, &b, true), want(&a, &b, false));
+        cases.push((
+            "mul_mat_t".into(),
+            g,
+            y,
+            vec![(wt, w.clone()), (dyt, dy.clone())],
+            wr,
+            wf,
+        ));
+    }
+    for b_transposed in [false, true] {
+        let (av, bv) = (rng.vec(n * k), rng.vec(m * k));
+        let mut g = Graph::new();
+        let at = g.input("a", F32, &[n, k]).unwrap();
+        let (bt, b) = if b_transposed {
+            let bt = g.input("bT", F32, &[k, m]).unwrap();
+            (bt, g.transpose(bt).unwrap())
+        } else {
+            let bt = g.input("b", F32, &[m, k]).unwrap();
+            (bt, bt)
+        };
+        let y = g.out_prod(at, b).unwrap();
+        let a = |i: usize, r: usize| av[i + n * r];
+        let b = |j: usize, r: usize| {
+            if b_transposed {
+                bv[r + k * j]
+            } else {
+                bv[j + m * r]
+            }
+        };
+        let (wr, wf) = (want(&a, &b, true), want(&a, &b, false));
+        let name = format!("out_prod (b transposed: {b_transposed})");
+        cases.push((name, g, y, vec![(at, av.clone()), (bt, bv.clone())], wr, wf));
+    }
+    for (name, g, y, inputs, rounded, exact) in &cases {
+        for threads in [1, 2, 3] {
+            let got = run(g, *y, inputs, threads);
+            let (er, ef) = (common::nmse(&got, rounded), common::nmse(&got, exact));
+            if bf16_available() {
+                assert!(er <= TOL, "{name} bf16 ({threads} threads): NMSE {er:e}");
+                assert!(
+                    ef > 10.0 * er,
+                    "{name}: not rounded to bf16 ({ef:e} vs {er:e})"
+                );
+            } else {
+                assert!(
+                    ef <= TOL,
+                    "{name} f32 fallback ({threads} threads): NMSE {ef:e}"
+                );
+            }
+        }
     }
 }
 

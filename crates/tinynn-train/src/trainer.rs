@@ -35,6 +35,10 @@ pub struct TrainConfig {
     pub strict: bool,
     /// Keep the last grad pass's timings (`Trainer::last_trace`).
     pub trace: bool,
+    /// Mixed precision: the F32 matrix products (forward and gradients) round their operands
+    /// to bf16 and accumulate in f32 (`tinynn_cpu::ExecOptions::bf16_matmul`; needs AVX-512
+    /// BF16, f32 otherwise). Off by default.
+    pub bf16_matmul: bool,
 }
 
 impl Default for TrainConfig {
@@ -48,6 +52,7 @@ impl Default for TrainConfig {
             threads: 1,
             strict: false,
             trace: false,
+            bf16_matmul: false,
         }
     }
 }
@@ -134,6 +139,7 @@ impl Trainer {
                 repack: false,
                 // Training keeps its thread count: results stay bit-exact across resumes.
                 adaptive_threads: false,
+                bf16_matmul: cfg.bf16_matmul,
             },
         );
         let mut t = Trainer {

@@ -114,6 +114,7 @@ pub(crate) fn mul_mat(a: &StepArgs<'_>, ctx: &Ctx<'_>) {
             ni: n_out,
             nm: m,
             nr: w.layout.ne[0],
+            bf16: a.bf16_matmul,
         });
     }
     let Some((work, dot)) = prepare_activations(a, &w, &x, ctx) else {
@@ -236,6 +237,7 @@ pub(crate) fn out_prod(a: &StepArgs<'_>, ctx: &Ctx<'_>) {
             ni: m,
             nm: p,
             nr: n,
+            bf16: a.bf16_matmul,
         });
     }
     let rows = split(p * c2 * c3, ctx.ith, ctx.nth);

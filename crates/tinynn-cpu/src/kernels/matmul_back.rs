@@ -26,6 +26,7 @@ pub(crate) fn mul_mat_t(a: &StepArgs<'_>, ctx: &Ctx<'_>) {
             ni: k,
             nm: m,
             nr: n,
+            bf16: a.bf16_matmul,
         });
     }
     let be = w.layout.dtype.layout().block_elems as usize;

@@ -80,6 +80,7 @@ pub fn train_config(e: &Expected, threads: usize, strict: bool) -> TrainConfig {
         threads,
         strict,
         trace: false,
+        bf16_matmul: false,
     }
 }
 
