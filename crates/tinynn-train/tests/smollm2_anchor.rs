@@ -6,7 +6,8 @@
 //!
 //!     cargo test --release -p tinynn-train --test smollm2_anchor -- --ignored --nocapture
 //!
-//! `TINYNN_TRACE=1` also prints where a grad pass spends its time (executor trace, per op).
+//! `TINYNN_TRACE=1` also prints where a grad pass spends its time (executor trace, per op;
+//! `TINYNN_TRACE_JSON=FILE` keeps the Chrome trace).
 //! For quick timings, `TINYNN_ANCHOR_BATCH=b` and `TINYNN_ANCHOR_THREADS=t` change the batch
 //! and thread count (the loss targets are then not checked); `TINYNN_ANCHOR_BF16=1` turns on
 //! `TrainConfig::bf16_matmul` (mixed precision).
@@ -137,6 +138,10 @@ fn smollm2_full_finetune_matches_pytorch() {
         if s == 0 {
             first = r.loss;
             if let Some(tr) = t.last_trace() {
+                // TINYNN_TRACE_JSON=FILE: keep the Chrome trace (per-node timings).
+                if let Ok(out) = std::env::var("TINYNN_TRACE_JSON") {
+                    std::fs::write(out, tr).unwrap();
+                }
                 let ops = time_by_op(tr);
                 let total: f64 = ops.iter().map(|o| o.1).sum();
                 println!("grad pass, thread 0: {total:.0} ms in steps");
