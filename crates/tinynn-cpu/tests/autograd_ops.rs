@@ -35,6 +35,14 @@ fn unary() {
             Built::y(g.unary(u, p[0]).unwrap())
         });
     }
+    // SiLU over rows of 21 (the vectorized gradient's 8-value chunks and a tail), with a chunk
+    // holding values below −100 (the scalar fallback).
+    let mut p = P::uniform(&[21, 3], -6.0, 6.0, &mut rng);
+    p.values[9] = -120.0;
+    p.values[30] = -101.5;
+    assert_grads("Silu, long rows", &[p], &|g, p| {
+        Built::y(g.unary(Unary::Silu, p[0]).unwrap())
+    });
 }
 
 #[test]
@@ -403,4 +411,14 @@ fn cross_entropy_with_masked_labels() {
         )
     };
     assert_grads_with("cross_entropy_loss", &ps, &build, &opts);
+    // Rows past 16 values (the vectorized softmax sums), labels inside and after the chunks.
+    let ps = [P::uniform(&[37, 4], -3.0, 3.0, &mut rng)];
+    let build = |g: &mut tinynn_core::graph::Graph, p: &[tinynn_core::tensor::TensorId]| {
+        let labels = g.input("labels", GgmlType::I32, &[4]).unwrap();
+        Built::with(
+            g.cross_entropy_loss(p[0], labels).unwrap(),
+            vec![Input::I32(labels, vec![20, 36, -1, 0])],
+        )
+    };
+    assert_grads_with("cross_entropy_loss, 37 classes", &ps, &build, &opts);
 }

@@ -28,7 +28,11 @@ pub(crate) fn cross_entropy_loss(a: &StepArgs<'_>, ctx: &Ctx<'_>) {
             // SAFETY: contiguous F32 rows (builder-checked).
             let row = unsafe { logits.row_f32(i1, i2, i3) };
             let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-            let sum: f64 = row.iter().map(|&x| f64::from(x - max).exp()).sum();
+            let sum: f64 = if a.strict {
+                row.iter().map(|&x| f64::from(x - max).exp()).sum()
+            } else {
+                crate::simd::vexp::sum_exp_f64(row, max)
+            };
             loss += sum.ln() - f64::from(row[label as usize] - max);
             count += 1.0;
         }
