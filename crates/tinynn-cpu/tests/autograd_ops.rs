@@ -343,6 +343,13 @@ fn views_copies_and_concat() {
         let v = g.view(s, &[4, 3], &[16], 48).unwrap(); // s[:, 1, :]
         Built::y(g.unary(Unary::Sqr, v).unwrap())
     });
+    // View rows that run across rows of the source (elements 1..7 and 5..11 of a [4, 5]
+    // tensor) and overlap: view_back's row path falls back to elements where it must.
+    let ps = [P::rand(&[4, 5], &mut rng)];
+    assert_grads("view across rows", &ps, &|g, p| {
+        let v = g.view(p[0], &[6, 2], &[4 * 4], 4).unwrap();
+        Built::y(g.unary(Unary::Sqr, v).unwrap())
+    });
     let ps = [P::rand(&[4, 3], &mut rng), P::rand(&[4, 3], &mut rng)];
     assert_grads("cpy", &ps, &|g, p| {
         let s = g.unary(Unary::Sqr, p[0]).unwrap();

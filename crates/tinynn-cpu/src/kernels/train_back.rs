@@ -284,26 +284,54 @@ pub(crate) fn view_back(
         // SAFETY: the output is contiguous F32; elements in `mine` are this thread's.
         unsafe { out.add(e).write(0.0) };
     }
+    // Element i of dy added into the output element it views (if this thread's).
+    let one = |i: [usize; 4]| {
+        let b = offset + i[0] * nb[0] + i[1] * nb[1] + i[2] * nb[2] + i[3] * nb[3];
+        let Some(e) = decompose(b, ne_s, src_nb, order) else {
+            if ctx.ith == 0 {
+                a.errors.record(ERR_KERNEL, 0);
+            }
+            return;
+        };
+        if mine.contains(&e) {
+            // SAFETY: i is inside dy; element e of the output is this thread's, and only this
+            // thread adds into it, in dy's order.
+            unsafe { out.add(e).write(out.add(e).read() + dy.f32_at(i)) };
+        }
+    };
     let nv = dy.layout.ne;
+    if nb[0] == 4 && src_nb[0] == 4 && dy.layout.nb[0] == 4 {
+        // Rows of the view run along rows of the source: one decomposition per row, then
+        // the row added element by element (the same elements in the same order as below).
+        for i3 in 0..nv[3] {
+            for i2 in 0..nv[2] {
+                for i1 in 0..nv[1] {
+                    let b = offset + i1 * nb[1] + i2 * nb[2] + i3 * nb[3];
+                    let e0 = decompose(b, ne_s, src_nb, order);
+                    let Some(e0) = e0.filter(|e| e % ne_s[0] + nv[0] <= ne_s[0]) else {
+                        // The row crosses rows of the source (or leaves it): element-wise.
+                        for i0 in 0..nv[0] {
+                            one([i0, i1, i2, i3]);
+                        }
+                        continue;
+                    };
+                    let (lo, hi) = (e0.max(mine.start), (e0 + nv[0]).min(mine.end));
+                    let row = dy.row_f32_ptr(i1, i2, i3);
+                    for e in lo..hi {
+                        // SAFETY: element e − e0 < ne0 of dy's row (i1, i2, i3); element e
+                        // of the output is this thread's.
+                        unsafe { out.add(e).write(out.add(e).read() + *row.add(e - e0)) };
+                    }
+                }
+            }
+        }
+        return;
+    }
     for i3 in 0..nv[3] {
         for i2 in 0..nv[2] {
             for i1 in 0..nv[1] {
                 for i0 in 0..nv[0] {
-                    let b = offset + i0 * nb[0] + i1 * nb[1] + i2 * nb[2] + i3 * nb[3];
-                    let Some(e) = decompose(b, ne_s, src_nb, order) else {
-                        if ctx.ith == 0 {
-                            a.errors.record(ERR_KERNEL, 0);
-                        }
-                        continue;
-                    };
-                    if mine.contains(&e) {
-                        // SAFETY: (i0..i3) is inside dy; element e of the output is this
-                        // thread's, and only this thread adds into it, in dy's order.
-                        unsafe {
-                            out.add(e)
-                                .write(out.add(e).read() + dy.f32_at([i0, i1, i2, i3]))
-                        };
-                    }
+                    one([i0, i1, i2, i3]);
                 }
             }
         }
