@@ -473,6 +473,23 @@ fn f32_products_blocked_sizes() {
             TOL,
         );
     }
+    // out_prod with b's rows ≥ 8192 values apart (a head's gradient): blocks of b are copied.
+    let (ni, p) = (37, 8200);
+    let (av, bv) = (rng.vec(ni * k), rng.vec(p * k));
+    let mut g = Graph::new();
+    let at = g.input("a", F32, &[ni, k]).unwrap();
+    let bt = g.input("b", F32, &[p, k]).unwrap();
+    let y = g.out_prod(at, bt).unwrap(); // [ni, p]
+    let want: Vec<f64> = (0..ni * p)
+        .map(|e| {
+            let (i, j) = (e % ni, e / ni);
+            (0..k)
+                .map(|r| f64::from(av[i + ni * r]) * f64::from(bv[j + p * r]))
+                .sum()
+        })
+        .collect();
+    let inputs = [Input::F32(at, av), Input::F32(bt, bv)];
+    check("out_prod f32, far rows", &g, y, &inputs, &[], &want, TOL);
 }
 
 /// `ExecOptions::bf16_matmul`: the three F32 products equal f64 sums of the operands rounded
