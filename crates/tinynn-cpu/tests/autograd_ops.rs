@@ -388,6 +388,14 @@ fn reductions_and_out_prod() {
             Built::y(g.reduce_to(s, &[3, 4]).unwrap())
         },
     );
+    // Whole rows into one (bias gradients): rows of 70 (two 64-sum chunks), batches.
+    for shape in [[70usize, 3, 2], [5, 7, 1]] {
+        let ps = [P::rand(&shape, &mut rng)];
+        assert_grads(&format!("reduce_to one row {shape:?}"), &ps, &|g, p| {
+            let s = g.unary(Unary::Sqr, p[0]).unwrap();
+            Built::y(g.reduce_to(s, &[shape[0]]).unwrap())
+        });
+    }
     let ps = [P::rand(&[5, 4, 2], &mut rng), P::rand(&[3, 4, 2], &mut rng)];
     assert_grads("out_prod", &ps, &|g, p| {
         Built::y(g.out_prod(p[0], p[1]).unwrap())

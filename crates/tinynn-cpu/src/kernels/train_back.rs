@@ -69,6 +69,37 @@ pub(crate) fn reduce_to(a: &StepArgs<'_>, ctx: &Ctx<'_>) {
     let x = a.src(0);
     let (nd, nx) = (a.dst.layout.ne, x.layout.ne);
     let reps = [nx[0] / nd[0], nx[1] / nd[1], nx[2] / nd[2], nx[3] / nd[3]];
+    let f32_rows = x.layout.dtype == tinynn_format::GgmlType::F32 && x.layout.nb[0] == 4;
+    if nd[1] * nd[2] * nd[3] == 1 && reps[0] == 1 && f32_rows {
+        // Sums over whole rows into one row (bias and norm-weight gradients): the row's
+        // elements split over the threads, 64 sums at a time added row by row, each in the
+        // order below.
+        const W: usize = 64;
+        let out = a.dst.ptr as *mut f32;
+        let mine = split(nd[0], ctx.ith, ctx.nth);
+        let mut j0 = mine.start;
+        while j0 < mine.end {
+            let w = W.min(mine.end - j0);
+            let mut acc = [0f64; W];
+            for k3 in 0..nx[3] {
+                for k2 in 0..nx[2] {
+                    for k1 in 0..nx[1] {
+                        // SAFETY: row (k1, k2, k3) of x holds nx0 = nd0 contiguous f32s.
+                        let row = unsafe { x.row_f32(k1, k2, k3) };
+                        for (s, &v) in acc[..w].iter_mut().zip(&row[j0..j0 + w]) {
+                            *s += f64::from(v);
+                        }
+                    }
+                }
+            }
+            for (c, &s) in acc[..w].iter().enumerate() {
+                // SAFETY: element j0 + c of the contiguous F32 output is this thread's.
+                unsafe { out.add(j0 + c).write(s as f32) };
+            }
+            j0 += w;
+        }
+        return;
+    }
     for_my_elements(&a.dst, ctx, |j| {
         let mut acc = 0f64;
         for k3 in 0..reps[3] {
