@@ -135,6 +135,7 @@ pub(crate) unsafe fn query_tile(
     let mut max = neg_inf;
     // KV rows some lane sees: [lo, hi).
     let (mut lo, mut hi) = (n_kv, 0);
+    let (mut pending, mut np) = ([0usize; 4], 0);
     for j in 0..n_kv {
         let m = match &io.mask {
             // SAFETY: element (j, i_l) is inside the mask for every live lane (caller).
@@ -158,16 +159,20 @@ pub(crate) unsafe fn query_tile(
         }
         lo = lo.min(j);
         hi = j + 1;
-        // SAFETY: rows (j, hk) of k and v hold d and dv values (caller); row j of s and dp.
-        unsafe {
-            let kr = std::slice::from_raw_parts(io.k.row_f32_ptr(j, hk, 0), d);
-            let vr = std::slice::from_raw_parts(io.v.row_f32_ptr(j, hk, 0), dv);
-            let sc = _mm512_fmadd_ps(lane_dots(&s.a_t, kr, d), scale, m);
-            let dp = lane_dots(&s.b_t, vr, dv);
-            _mm512_storeu_ps(s.s.as_mut_ptr().add(j * LANES), sc);
-            _mm512_storeu_ps(s.dp.as_mut_ptr().add(j * LANES), dp);
-            max = _mm512_max_ps(max, sc);
+        // The mask waits in row j of s until the scores of four rows are computed together.
+        // SAFETY: row j of s (sized above).
+        unsafe { _mm512_storeu_ps(s.s.as_mut_ptr().add(j * LANES), m) };
+        pending[np] = j;
+        np += 1;
+        if np == 4 {
+            // SAFETY: rows of k and v (caller), rows of s and dp.
+            unsafe { query_scores(io, hk, &pending, s, scale, &mut max) };
+            np = 0;
         }
+    }
+    for &j in &pending[..np] {
+        // SAFETY: as above, one row at a time.
+        unsafe { query_scores(io, hk, &[j], s, scale, &mut max) };
     }
     // Rows with nothing to attend to (every score −∞) get lse = +∞, zero gradients.
     let has = _mm512_cmp_ps_mask::<_CMP_NEQ_UQ>(max, neg_inf) & live;
@@ -292,6 +297,7 @@ pub(crate) unsafe fn kv_tile(
         [std::ptr::null::<f32>(); BLOCK],
         [std::ptr::null::<f32>(); BLOCK],
     );
+    let mut stats = [(0f32, 0f32); BLOCK];
     let mut nb = 0;
     for h in hk * group..(hk + 1) * group {
         for i in 0..n_q {
@@ -320,38 +326,34 @@ pub(crate) unsafe fn kv_tile(
             if _mm512_cmp_ps_mask::<_CMP_NEQ_UQ>(m, neg_inf) == 0 {
                 continue;
             }
-            let (qr, dr) = (io.q.row_f32_ptr(i, h, 0), io.d_out.row_f32_ptr(h, i, 0));
-            // SAFETY: row (i, h) of q holds d values, row (h, i) of dO dv values; row nb of
-            // s and dp (BLOCK rows).
-            unsafe {
-                let sc = _mm512_fmadd_ps(
-                    lane_dots(&s.a_t, std::slice::from_raw_parts(qr, d), d),
-                    scale,
-                    m,
-                );
-                let p = vexp::exp16(_mm512_sub_ps(sc, _mm512_set1_ps(lse as f32)));
-                let p = _mm512_maskz_mov_ps(live, p);
-                let dp = lane_dots(&s.b_t, std::slice::from_raw_parts(dr, dv), dv);
-                let ds = _mm512_mul_ps(
-                    _mm512_mul_ps(p, _mm512_sub_ps(dp, _mm512_set1_ps(dsum as f32))),
-                    scale,
-                );
-                _mm512_storeu_ps(s.s.as_mut_ptr().add(nb * LANES), p);
-                _mm512_storeu_ps(s.dp.as_mut_ptr().add(nb * LANES), ds);
-            }
-            q_rows[nb] = qr;
-            o_rows[nb] = dr;
+            q_rows[nb] = io.q.row_f32_ptr(i, h, 0);
+            o_rows[nb] = io.d_out.row_f32_ptr(h, i, 0);
+            stats[nb] = (lse as f32, dsum as f32);
+            // The mask waits in row nb of s until the block's scores are computed.
+            // SAFETY: row nb < BLOCK of s.
+            unsafe { _mm512_storeu_ps(s.s.as_mut_ptr().add(nb * LANES), m) };
             nb += 1;
             if nb == BLOCK {
                 // SAFETY: BLOCK rows of s/dp, q rows of d and dO rows of dv values.
-                unsafe { flush(s, &q_rows, &o_rows, d, dv) };
+                unsafe { kv_block(s, &q_rows, &o_rows, &stats, scale, live, d, dv) };
                 nb = 0;
             }
         }
     }
     if nb > 0 {
         // SAFETY: as above, nb rows.
-        unsafe { flush(s, &q_rows[..nb], &o_rows[..nb], d, dv) };
+        unsafe {
+            kv_block(
+                s,
+                &q_rows[..nb],
+                &o_rows[..nb],
+                &stats[..nb],
+                scale,
+                live,
+                d,
+                dv,
+            )
+        };
     }
     for l in 0..n {
         let j = j0 + l;
@@ -369,6 +371,145 @@ pub(crate) unsafe fn kv_tile(
             }
         }
     }
+}
+
+/// Scores and dp of query-tile KV rows `js` (1 or 4; their masks in `s.s`): `s.s[j] =
+/// q·k_j·scale + mask`, `s.dp[j] = dO·v_j`, and the running maximum.
+///
+/// # Safety
+/// AVX-512F; rows `(j, hk)` of k and v exist, rows j of `s.s`/`s.dp`.
+#[cfg(target_arch = "x86_64")]
+#[inline]
+#[target_feature(enable = "avx512f,fma")]
+unsafe fn query_scores(
+    io: &BackIo,
+    hk: usize,
+    js: &[usize],
+    s: &mut BackScratch,
+    scale: __m512,
+    max: &mut __m512,
+) {
+    let (d, dv) = (io.q.layout.ne[0], io.v.layout.ne[0]);
+    let mut sc = [_mm512_setzero_ps(); 4];
+    let mut dp = [_mm512_setzero_ps(); 4];
+    // SAFETY: the caller's contract.
+    unsafe {
+        if js.len() == 4 {
+            let k: [*const f32; 4] =
+                std::array::from_fn(|r| io.k.row_f32_ptr(js[r], hk, 0) as *const f32);
+            let v: [*const f32; 4] =
+                std::array::from_fn(|r| io.v.row_f32_ptr(js[r], hk, 0) as *const f32);
+            sc = lane_dots4(&s.a_t, k, d);
+            dp = lane_dots4(&s.b_t, v, dv);
+        } else {
+            sc[0] = lane_dots(
+                &s.a_t,
+                std::slice::from_raw_parts(io.k.row_f32_ptr(js[0], hk, 0), d),
+                d,
+            );
+            dp[0] = lane_dots(
+                &s.b_t,
+                std::slice::from_raw_parts(io.v.row_f32_ptr(js[0], hk, 0), dv),
+                dv,
+            );
+        }
+        for (r, &j) in js.iter().enumerate() {
+            let ps = s.s.as_mut_ptr().add(j * LANES);
+            let v = _mm512_fmadd_ps(sc[r], scale, _mm512_loadu_ps(ps));
+            _mm512_storeu_ps(ps, v);
+            _mm512_storeu_ps(s.dp.as_mut_ptr().add(j * LANES), dp[r]);
+            *max = _mm512_max_ps(*max, v);
+        }
+    }
+}
+
+/// A KV tile's block of queries (their masks in `s.s`, `(lse, D)` in `stats`): `p` into
+/// `s.s`, `ds` into `s.dp` (scores four queries at a time), then [`flush`].
+///
+/// # Safety
+/// AVX-512F; `q_rows`/`o_rows` hold d / dv values each, one per row of `s.s`/`s.dp`.
+#[cfg(target_arch = "x86_64")]
+#[inline]
+#[target_feature(enable = "avx512f,fma")]
+#[allow(clippy::too_many_arguments)]
+unsafe fn kv_block(
+    s: &mut BackScratch,
+    q_rows: &[*const f32],
+    o_rows: &[*const f32],
+    stats: &[(f32, f32)],
+    scale: __m512,
+    live: __mmask16,
+    d: usize,
+    dv: usize,
+) {
+    let nb = q_rows.len();
+    let mut r0 = 0;
+    while r0 < nb {
+        let w = if nb - r0 >= 4 { 4 } else { 1 };
+        let mut sc = [_mm512_setzero_ps(); 4];
+        let mut dp = [_mm512_setzero_ps(); 4];
+        // SAFETY: the caller's contract.
+        unsafe {
+            if w == 4 {
+                sc = lane_dots4(&s.a_t, std::array::from_fn(|r| q_rows[r0 + r]), d);
+                dp = lane_dots4(&s.b_t, std::array::from_fn(|r| o_rows[r0 + r]), dv);
+            } else {
+                sc[0] = lane_dots(&s.a_t, std::slice::from_raw_parts(q_rows[r0], d), d);
+                dp[0] = lane_dots(&s.b_t, std::slice::from_raw_parts(o_rows[r0], dv), dv);
+            }
+            for r in 0..w {
+                let (lse, dsum) = stats[r0 + r];
+                let ps = s.s.as_mut_ptr().add((r0 + r) * LANES);
+                let sc = _mm512_fmadd_ps(sc[r], scale, _mm512_loadu_ps(ps));
+                let p = vexp::exp16(_mm512_sub_ps(sc, _mm512_set1_ps(lse)));
+                let p = _mm512_maskz_mov_ps(live, p);
+                let ds = _mm512_mul_ps(
+                    _mm512_mul_ps(p, _mm512_sub_ps(dp[r], _mm512_set1_ps(dsum))),
+                    scale,
+                );
+                _mm512_storeu_ps(ps, p);
+                _mm512_storeu_ps(s.dp.as_mut_ptr().add((r0 + r) * LANES), ds);
+            }
+        }
+        r0 += w;
+    }
+    // SAFETY: the caller's contract.
+    unsafe { flush(s, q_rows, o_rows, d, dv) };
+}
+
+/// Lane dots of four rows at once: `Σ_c t[c][l] · rows[r][c]` for r < 4, each transposed
+/// vector loaded once for the four (two accumulators per row).
+///
+/// # Safety
+/// AVX-512F; `t` holds `d` rows of 16, each row pointer `d` values.
+#[cfg(target_arch = "x86_64")]
+#[inline]
+#[target_feature(enable = "avx512f,fma")]
+unsafe fn lane_dots4(t: &[f32], rows: [*const f32; 4], d: usize) -> [__m512; 4] {
+    let mut a = [[_mm512_setzero_ps(); 2]; 4];
+    let mut c = 0;
+    while c + 2 <= d {
+        // SAFETY: c + 1 < d.
+        unsafe {
+            let t0 = _mm512_loadu_ps(t.as_ptr().add(c * LANES));
+            let t1 = _mm512_loadu_ps(t.as_ptr().add((c + 1) * LANES));
+            for (ar, &row) in a.iter_mut().zip(&rows) {
+                ar[0] = _mm512_fmadd_ps(t0, _mm512_set1_ps(*row.add(c)), ar[0]);
+                ar[1] = _mm512_fmadd_ps(t1, _mm512_set1_ps(*row.add(c + 1)), ar[1]);
+            }
+        }
+        c += 2;
+    }
+    if c < d {
+        // SAFETY: c < d.
+        unsafe {
+            let t0 = _mm512_loadu_ps(t.as_ptr().add(c * LANES));
+            for (ar, &row) in a.iter_mut().zip(&rows) {
+                ar[0] = _mm512_fmadd_ps(t0, _mm512_set1_ps(*row.add(c)), ar[0]);
+            }
+        }
+    }
+    a.map(|ar| _mm512_add_ps(ar[0], ar[1]))
 }
 
 /// `dk += Σ ds·q`, `dv += Σ p·dO` over the collected queries.
