@@ -51,6 +51,7 @@ impl ModelArgs {
             trace: false,
             repack: !self.no_repack,
             adaptive_threads: true,
+            bf16_matmul: false,
         }
     }
 }

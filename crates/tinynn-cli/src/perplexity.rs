@@ -55,6 +55,7 @@ pub fn run(args: &PerplexityArgs) -> Result<()> {
         trace: false,
         repack: !args.no_repack,
         adaptive_threads: true,
+        bf16_matmul: false,
     };
     let mut session = Session::with_all_logits(model.source(), args.ctx, opts, true)
         .with_context(|| format!("loading {}", path.display()))?;

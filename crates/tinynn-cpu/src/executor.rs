@@ -45,6 +45,11 @@ pub struct ExecOptions {
     /// Let model loaders repack weights into the matrix kernels' interleaved layout (see
     /// `tinynn_cpu::packed`); off, products read the file's bytes. Strict mode never uses it.
     pub repack: bool,
+    /// Products of F32 operands (mul_mat with F32 weights, mul_mat_t, out_prod) round both
+    /// operands to bf16 (nearest, ties to even) and accumulate in f32 with AVX-512 BF16
+    /// (`vdpbf16ps`): mixed precision, faster, not f32 results. Without AVX-512 BF16, and in
+    /// strict mode, products stay f32. Off by default.
+    pub bf16_matmul: bool,
 }
 
 impl Default for ExecOptions {
@@ -55,6 +60,7 @@ impl Default for ExecOptions {
             trace: false,
             repack: true,
             adaptive_threads: false,
+            bf16_matmul: false,
         }
     }
 }
@@ -66,6 +72,7 @@ pub struct Executor {
     bases: Vec<usize>,
     errors: RunErrors,
     strict: bool,
+    bf16_matmul: bool,
     /// Per step and thread: start and end in ns since the run began (when tracing).
     spans: Option<Vec<AtomicU64>>,
     threads: ThreadChoice,
@@ -121,6 +128,7 @@ struct Job<'a> {
     packed: &'a [Option<std::sync::Arc<crate::packed::PackedWeight>>],
     errors: &'a RunErrors,
     strict: bool,
+    bf16_matmul: bool,
     trace: Option<(&'a [AtomicU64], Instant)>,
 }
 
@@ -172,6 +180,7 @@ impl Job<'_> {
                 work_len,
                 errors: self.errors,
                 strict: self.strict,
+                bf16_matmul: self.bf16_matmul,
             };
             kernels::compute(&args, ctx);
             if let (Some((spans, t0)), Some(start)) = (self.trace, started) {
@@ -209,6 +218,7 @@ impl Executor {
             bases: Vec::with_capacity(1 + plan.weights().len() + plan.persistents().len()),
             errors: RunErrors::default(),
             strict: opts.strict,
+            bf16_matmul: opts.bf16_matmul && !opts.strict,
             spans,
             threads: ThreadChoice {
                 adaptive: opts.adaptive_threads,
@@ -265,6 +275,7 @@ impl Executor {
             packed: &mem.packed,
             errors: &self.errors,
             strict: self.strict,
+            bf16_matmul: self.bf16_matmul,
             trace: self.spans.as_deref().map(|s| (s, Instant::now())),
         };
         let stats = self.pool.run_on(self.threads.active, &|ctx| job.run(ctx));

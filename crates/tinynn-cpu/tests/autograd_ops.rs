@@ -35,6 +35,14 @@ fn unary() {
             Built::y(g.unary(u, p[0]).unwrap())
         });
     }
+    // SiLU over rows of 21 (the vectorized gradient's 8-value chunks and a tail), with a chunk
+    // holding values below −100 (the scalar fallback).
+    let mut p = P::uniform(&[21, 3], -6.0, 6.0, &mut rng);
+    p.values[9] = -120.0;
+    p.values[30] = -101.5;
+    assert_grads("Silu, long rows", &[p], &|g, p| {
+        Built::y(g.unary(Unary::Silu, p[0]).unwrap())
+    });
 }
 
 #[test]
@@ -209,6 +217,47 @@ fn flash_attn_causal_gqa() {
     });
 }
 
+/// Sizes that take the AVX-512 tiles in normal mode (several query and KV tiles, partial
+/// ones, a head size with a tail past 8 columns, a query row the mask hides entirely),
+/// checked against strict mode and central differences, identical on 1-3 threads.
+#[test]
+fn flash_attn_tiles() {
+    let mut rng = Rng::new(11);
+    let (d, dv, n, h, hkv) = (12, 10, 34, 4, 2);
+    let ps = [
+        P::rand(&[d, h, n], &mut rng),
+        P::rand(&[d, n, hkv], &mut rng),
+        P::rand(&[dv, n, hkv], &mut rng),
+    ];
+    let mut mask = causal(n, n, 2);
+    // Query row 5 sees nothing; query row 9 sees only KV rows 3 and 30.
+    mask[5 * n..6 * n].fill(f32::NEG_INFINITY);
+    for (j, m) in mask[9 * n..10 * n].iter_mut().enumerate() {
+        *m = if j == 3 || j == 30 {
+            0.5
+        } else {
+            f32::NEG_INFINITY
+        };
+    }
+    assert_grads("flash_attn tiles", &ps, &|g, p| {
+        let m = g.input("mask", F32, &[n, n]).unwrap();
+        let q = g.permute(p[0], [0, 2, 1, 3]).unwrap();
+        let y = g.flash_attn(q, p[1], p[2], Some(m), None, 0.35, 0.0);
+        Built::with(y.unwrap(), vec![Input::F32(m, mask.clone())])
+    });
+    let ps = [
+        P::rand(&[9, 19, 3], &mut rng),
+        P::rand(&[9, 41, 1], &mut rng),
+        P::rand(&[9, 41, 1], &mut rng),
+    ];
+    assert_grads("flash_attn tiles, no mask", &ps, &|g, p| {
+        Built::y(
+            g.flash_attn(p[0], p[1], p[2], None, None, 0.25, 0.0)
+                .unwrap(),
+        )
+    });
+}
+
 #[test]
 fn get_rows_scatter_adds() {
     let mut rng = Rng::new(8);
@@ -294,6 +343,13 @@ fn views_copies_and_concat() {
         let v = g.view(s, &[4, 3], &[16], 48).unwrap(); // s[:, 1, :]
         Built::y(g.unary(Unary::Sqr, v).unwrap())
     });
+    // View rows that run across rows of the source (elements 1..7 and 5..11 of a [4, 5]
+    // tensor) and overlap: view_back's row path falls back to elements where it must.
+    let ps = [P::rand(&[4, 5], &mut rng)];
+    assert_grads("view across rows", &ps, &|g, p| {
+        let v = g.view(p[0], &[6, 2], &[4 * 4], 4).unwrap();
+        Built::y(g.unary(Unary::Sqr, v).unwrap())
+    });
     let ps = [P::rand(&[4, 3], &mut rng), P::rand(&[4, 3], &mut rng)];
     assert_grads("cpy", &ps, &|g, p| {
         let s = g.unary(Unary::Sqr, p[0]).unwrap();
@@ -332,6 +388,14 @@ fn reductions_and_out_prod() {
             Built::y(g.reduce_to(s, &[3, 4]).unwrap())
         },
     );
+    // Whole rows into one (bias gradients): rows of 70 (two 64-sum chunks), batches.
+    for shape in [[70usize, 3, 2], [5, 7, 1]] {
+        let ps = [P::rand(&shape, &mut rng)];
+        assert_grads(&format!("reduce_to one row {shape:?}"), &ps, &|g, p| {
+            let s = g.unary(Unary::Sqr, p[0]).unwrap();
+            Built::y(g.reduce_to(s, &[shape[0]]).unwrap())
+        });
+    }
     let ps = [P::rand(&[5, 4, 2], &mut rng), P::rand(&[3, 4, 2], &mut rng)];
     assert_grads("out_prod", &ps, &|g, p| {
         Built::y(g.out_prod(p[0], p[1]).unwrap())
@@ -362,4 +426,14 @@ fn cross_entropy_with_masked_labels() {
         )
     };
     assert_grads_with("cross_entropy_loss", &ps, &build, &opts);
+    // Rows past 16 values (the vectorized softmax sums), labels inside and after the chunks.
+    let ps = [P::uniform(&[37, 4], -3.0, 3.0, &mut rng)];
+    let build = |g: &mut tinynn_core::graph::Graph, p: &[tinynn_core::tensor::TensorId]| {
+        let labels = g.input("labels", GgmlType::I32, &[4]).unwrap();
+        Built::with(
+            g.cross_entropy_loss(p[0], labels).unwrap(),
+            vec![Input::I32(labels, vec![20, 36, -1, 0])],
+        )
+    };
+    assert_grads_with("cross_entropy_loss, 37 classes", &ps, &build, &opts);
 }

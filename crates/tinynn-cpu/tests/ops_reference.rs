@@ -388,6 +388,246 @@ fn mul_mat_with_strided_activations() {
     );
 }
 
+/// F32 products at sizes that span several blocks of the AVX-512 GEMM (reduction past one
+/// 256-block, output rows past 32-lane tiles with a tail, columns past one 128-job with a
+/// tail), with transposed operands and broadcast batches, against f64 references.
+#[test]
+fn f32_products_blocked_sizes() {
+    let mut rng = Rng::new(21);
+    let (k, n, m) = (300, 70, 263);
+    // mul_mat: y(ni, mi) = Σ_j w(j, ni) x(j, mi), with a broadcast weight batch.
+    let (b2, c2) = (2, 4);
+    let (w, x) = (rng.vec(k * n * b2), rng.vec(k * m * c2));
+    let mut g = Graph::new();
+    let wt = g.input("w", F32, &[k, n, b2]).unwrap();
+    let xt = g.input("x", F32, &[k, m, c2]).unwrap();
+    let y = g.mul_mat(wt, xt).unwrap();
+    let mut want = vec![0f64; n * m * c2];
+    for i2 in 0..c2 {
+        for mi in 0..m {
+            for ni in 0..n {
+                want[idx([n, m, c2, 1], [ni, mi, i2, 0])] = (0..k)
+                    .map(|j| {
+                        f64::from(w[j + k * (ni + n * (i2 / (c2 / b2)))])
+                            * f64::from(x[j + k * (mi + m * i2)])
+                    })
+                    .sum();
+            }
+        }
+    }
+    let inputs = [Input::F32(wt, w.clone()), Input::F32(xt, x.clone())];
+    check("mul_mat f32 blocked", &g, y, &inputs, &[], &want, TOL);
+
+    // mul_mat_t: y(j, mi) = Σ_ni w(j, ni) dy(ni, mi).
+    let (w, dy) = (rng.vec(k * n), rng.vec(n * m));
+    let mut g = Graph::new();
+    let wt = g.input("w", F32, &[k, n]).unwrap();
+    let dyt = g.input("dy", F32, &[n, m]).unwrap();
+    let y = g.mul_mat_t(wt, dyt).unwrap();
+    let want: Vec<f64> = (0..k * m)
+        .map(|e| {
+            let (j, mi) = (e % k, e / k);
+            (0..n)
+                .map(|ni| f64::from(w[j + k * ni]) * f64::from(dy[ni + n * mi]))
+                .sum()
+        })
+        .collect();
+    let inputs = [Input::F32(wt, w), Input::F32(dyt, dy)];
+    check("mul_mat_t f32 blocked", &g, y, &inputs, &[], &want, TOL);
+
+    // out_prod: y(i, j) = Σ_r a(i, r) b(j, r), a plain and transposed, b transposed.
+    for a_transposed in [false, true] {
+        let (av, bv) = (rng.vec(n * k), rng.vec(k * m));
+        let mut g = Graph::new();
+        let (at, a) = if a_transposed {
+            let at = g.input("aT", F32, &[k, n]).unwrap();
+            (at, g.transpose(at).unwrap())
+        } else {
+            let at = g.input("a", F32, &[n, k]).unwrap();
+            (at, at)
+        };
+        let bt = g.input("bT", F32, &[k, m]).unwrap();
+        let b = g.transpose(bt).unwrap(); // [m, k]
+        let y = g.out_prod(a, b).unwrap(); // [n, m]
+        let a_at = |i: usize, r: usize| {
+            f64::from(if a_transposed {
+                av[r + k * i]
+            } else {
+                av[i + n * r]
+            })
+        };
+        let want: Vec<f64> = (0..n * m)
+            .map(|e| {
+                let (i, j) = (e % n, e / n);
+                (0..k).map(|r| a_at(i, r) * f64::from(bv[r + k * j])).sum()
+            })
+            .collect();
+        let inputs = [Input::F32(at, av), Input::F32(bt, bv)];
+        check(
+            &format!("out_prod f32 blocked (a transposed: {a_transposed})"),
+            &g,
+            y,
+            &inputs,
+            &[],
+            &want,
+            TOL,
+        );
+    }
+    // out_prod with b's rows ≥ 8192 values apart (a head's gradient): blocks of b are copied.
+    let (ni, p) = (37, 8200);
+    let (av, bv) = (rng.vec(ni * k), rng.vec(p * k));
+    let mut g = Graph::new();
+    let at = g.input("a", F32, &[ni, k]).unwrap();
+    let bt = g.input("b", F32, &[p, k]).unwrap();
+    let y = g.out_prod(at, bt).unwrap(); // [ni, p]
+    let want: Vec<f64> = (0..ni * p)
+        .map(|e| {
+            let (i, j) = (e % ni, e / ni);
+            (0..k)
+                .map(|r| f64::from(av[i + ni * r]) * f64::from(bv[j + p * r]))
+                .sum()
+        })
+        .collect();
+    let inputs = [Input::F32(at, av), Input::F32(bt, bv)];
+    check("out_prod f32, far rows", &g, y, &inputs, &[], &want, TOL);
+}
+
+/// `ExecOptions::bf16_matmul`: the three F32 products equal f64 sums of the operands rounded
+/// to bf16 (nearest, ties to even), on 1-3 threads; an odd reduction length pads the last
+/// pair. Without AVX-512 BF16 the option leaves them f32.
+#[test]
+fn f32_products_in_bf16() {
+    use tinynn_core::plan::Plan;
+    use tinynn_cpu::simd::{bf16_available, bf16_bits};
+    use tinynn_cpu::{ExecOptions, Executor, Memory};
+    let bf = |x: f32| f32::from_bits(u32::from(bf16_bits(x)) << 16);
+    assert_eq!(bf16_bits(1.0 + 1.0 / 256.0), 0x3f80); // a tie: to even
+    assert_eq!(bf16_bits(1.0 + 3.0 / 256.0), 0x3f82);
+    assert_eq!(bf16_bits(-3.0e38), 0xff62);
+    let run = |g: &Graph, y, inputs: &[(tinynn_core::tensor::TensorId, Vec<f32>)], threads| {
+        let mut g = g.clone();
+        g.set_output(y).unwrap();
+        let plan = Plan::compile(g);
+        let mut mem = Memory::new(&plan);
+        for (t, v) in inputs {
+            mem.write_f32(&plan, *t, v).unwrap();
+        }
+        let opts = ExecOptions {
+            threads,
+            bf16_matmul: true,
+            ..ExecOptions::default()
+        };
+        let mut e = Executor::with_options(&plan, opts);
+        e.run(&plan, &mut mem).unwrap();
+        e.read_f32(&plan, &mem, y).unwrap()
+    };
+    let mut rng = Rng::new(22);
+    let (k, n, m) = (301, 70, 263);
+    // (name, graph, output, inputs, a(i, r), b(j, r)) with y(i, j) = Σ_r a(i, r) b(j, r).
+    type Case = (
+        String,
+        Graph,
+        tinynn_core::tensor::TensorId,
+        Vec<(tinynn_core::tensor::TensorId, Vec<f32>)>,
+        Vec<f64>,
+        Vec<f64>,
+    );
+    let mut cases: Vec<Case> = Vec::new();
+    let want = |a: &dyn Fn(usize, usize) -> f32, b: &dyn Fn(usize, usize) -> f32, round: bool| {
+        let f = |x: f32| f64::from(if round { bf(x) } else { x });
+        (0..n * m)
+            .map(|e| (0..k).map(|r| f(a(e % n, r)) * f(b(e / n, r))).sum())
+            .collect::<Vec<f64>>()
+    };
+    {
+        let (w, x) = (rng.vec(k * n), rng.vec(k * m));
+        let mut g = Graph::new();
+        let (wt, xt) = (
+            g.input("w", F32, &[k, n]).unwrap(),
+            g.input("x", F32, &[k, m]).unwrap(),
+        );
+        let y = g.mul_mat(wt, xt).unwrap();
+        let (a, b) = (
+            |i: usize, r: usize| w[r + k * i],
+            |j: usize, r: usize| x[r + k * j],
+        );
+        let (wr, wf) = (want(&a, &b, true), want(&a, &b, false));
+        cases.push((
+            "mul_mat".into(),
+            g,
+            y,
+            vec![(wt, w.clone()), (xt, x.clone())],
+            wr,
+            wf,
+        ));
+    }
+    {
+        // mul_mat_t: y(i, j) = Σ_r w(i, r) dy(r, j), w [n, k] (rows of length n), dy [k, m].
+        let (w, dy) = (rng.vec(n * k), rng.vec(k * m));
+        let mut g = Graph::new();
+        let (wt, dyt) = (
+            g.input("w", F32, &[n, k]).unwrap(),
+            g.input("dy", F32, &[k, m]).unwrap(),
+        );
+        let y = g.mul_mat_t(wt, dyt).unwrap();
+        let (a, b) = (
+            |i: usize, r: usize| w[i + n * r],
+            |j: usize, r: usize| dy[r + k * j],
+        );
+        let (wr, wf) = (want(&a, &b, true), want(&a, &b, false));
+        cases.push((
+            "mul_mat_t".into(),
+            g,
+            y,
+            vec![(wt, w.clone()), (dyt, dy.clone())],
+            wr,
+            wf,
+        ));
+    }
+    for b_transposed in [false, true] {
+        let (av, bv) = (rng.vec(n * k), rng.vec(m * k));
+        let mut g = Graph::new();
+        let at = g.input("a", F32, &[n, k]).unwrap();
+        let (bt, b) = if b_transposed {
+            let bt = g.input("bT", F32, &[k, m]).unwrap();
+            (bt, g.transpose(bt).unwrap())
+        } else {
+            let bt = g.input("b", F32, &[m, k]).unwrap();
+            (bt, bt)
+        };
+        let y = g.out_prod(at, b).unwrap();
+        let a = |i: usize, r: usize| av[i + n * r];
+        let b = |j: usize, r: usize| {
+            if b_transposed {
+                bv[r + k * j]
+            } else {
+                bv[j + m * r]
+            }
+        };
+        let (wr, wf) = (want(&a, &b, true), want(&a, &b, false));
+        let name = format!("out_prod (b transposed: {b_transposed})");
+        cases.push((name, g, y, vec![(at, av.clone()), (bt, bv.clone())], wr, wf));
+    }
+    for (name, g, y, inputs, rounded, exact) in &cases {
+        for threads in [1, 2, 3] {
+            let got = run(g, *y, inputs, threads);
+            let (er, ef) = (common::nmse(&got, rounded), common::nmse(&got, exact));
+            if bf16_available() {
+                assert!(er <= TOL, "{name} bf16 ({threads} threads): NMSE {er:e}");
+                assert!(
+                    ef > 10.0 * er,
+                    "{name}: not rounded to bf16 ({ef:e} vs {er:e})"
+                );
+            } else {
+                assert!(
+                    ef <= TOL,
+                    "{name} f32 fallback ({threads} threads): NMSE {ef:e}"
+                );
+            }
+        }
+    }
+}
+
 #[test]
 fn get_rows_from_quantized_table_and_cpy_conversions() {
     let mut rng = Rng::new(9);

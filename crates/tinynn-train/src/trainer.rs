@@ -39,6 +39,10 @@ pub struct TrainConfig {
     pub trace: bool,
     /// Train a LoRA adapter on the frozen base instead of the whole model.
     pub lora: Option<LoraConfig>,
+    /// Mixed precision: the F32 matrix products (forward and gradients) round their operands
+    /// to bf16 and accumulate in f32 (`tinynn_cpu::ExecOptions::bf16_matmul`; needs AVX-512
+    /// BF16, f32 otherwise). Off by default.
+    pub bf16_matmul: bool,
 }
 
 impl Default for TrainConfig {
@@ -53,6 +57,7 @@ impl Default for TrainConfig {
             strict: false,
             trace: false,
             lora: None,
+            bf16_matmul: false,
         }
     }
 }
@@ -169,6 +174,7 @@ impl Trainer {
                 repack: false,
                 // Training keeps its thread count: results stay bit-exact across resumes.
                 adaptive_threads: false,
+                bf16_matmul: cfg.bf16_matmul,
             },
         );
         let mut t = Trainer {

@@ -52,6 +52,15 @@ pub(crate) fn flash_attn(
         } else {
             attend_f16_cache(scale, softcap, mask, n_kv, a, ctx);
         }
+    } else if softcap == 0.0
+        && attention_block::available()
+        && [k, a.src(2)]
+            .iter()
+            .all(|t| t.layout.dtype == GgmlType::F32 && t.layout.nb[0] == 4)
+        && tile_fits(mask.as_ref(), a)
+    {
+        // F32 K/V (training): the blocked f32 arithmetic whatever the batch size.
+        attend_blocked(scale, mask, n_kv, a, ctx);
     } else {
         attend::<f32>(scale, softcap, mask, n_kv, a, ctx);
     }
@@ -73,9 +82,10 @@ thread_local! {
     static SCRATCH: std::cell::RefCell<TileScratch> = std::cell::RefCell::new(TileScratch::new());
 }
 
-/// Blocked f32 attention for prompts (`simd::attention_block`), 16 (query, head) lanes of one
-/// KV head at a time. Tiles go round-robin to the threads, so causal prompts (later rows
-/// attend to more) split evenly.
+/// Blocked f32 attention (`simd::attention_block`) for prompts over the F16 cache and for
+/// training's F32 K/V at any batch size, 16 (query, head) lanes of one KV head at a time.
+/// Tiles go round-robin to the threads, so causal prompts (later rows attend to more) split
+/// evenly.
 fn attend_blocked(
     scale: f32,
     mask: Option<super::RawTensor>,
@@ -106,7 +116,7 @@ fn attend_blocked(
                 *lane = (p / group, hk * group + p % group);
             }
             // SAFETY: available() was checked by the caller; the builder checked the shapes
-            // (q [d, n_q, H], k/v F16 [·, n_kv, H_kv] with contiguous rows, mask [n_kv, ≥ n_q]
+            // (q [d, n_q, H], k/v F16/F32 [·, n_kv, H_kv] with contiguous rows, mask [n_kv, ≥ n_q]
             // F32, dst [dv, H, n_q] contiguous rows); n_kv ≤ the cache length; each (i, h) lane
             // belongs to exactly one job, so its output row is this thread's.
             unsafe { attention_block::attend_blocked(&io, hk, &lanes[..n], scratch) };

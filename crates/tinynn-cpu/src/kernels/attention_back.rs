@@ -6,8 +6,17 @@
 //! summing over the query heads of the group and the queries in a fixed order. Every output
 //! row is written by one thread, so results do not depend on the thread count.
 
+use tinynn_format::GgmlType;
+
 use super::{split, RawTensor, StepArgs, ERR_KERNEL};
 use crate::pool::Ctx;
+use crate::simd::attention_back::{self as tiles, BackIo, BackScratch};
+use crate::simd::attention_block::{self, LANES};
+
+thread_local! {
+    /// Each pool thread's scratch for the AVX-512 tiles, made on its first use.
+    static SCRATCH: std::cell::RefCell<BackScratch> = std::cell::RefCell::new(BackScratch::new());
+}
 
 /// Largest head size (the forward builder enforces it).
 const MAX_D: usize = 512;
@@ -68,6 +77,50 @@ impl Attn {
     }
 }
 
+/// Whether the AVX-512 tiles take this call: every operand F32 with contiguous rows, a mask
+/// whose element offsets fit in i32 (gathers).
+fn tiles_fit(at: &Attn) -> bool {
+    let f32_rows = |t: &RawTensor| t.layout.dtype == GgmlType::F32 && t.layout.nb[0] == 4;
+    attention_block::available()
+        && [&at.q, &at.k, &at.v, &at.d_out].into_iter().all(f32_rows)
+        && at
+            .mask
+            .as_ref()
+            .is_none_or(|m| f32_rows(m) && m.layout.ne[1] * m.layout.nb[1] < i32::MAX as usize / 2)
+}
+
+/// The AVX-512 path (`simd::attention_back`): query tiles (16 (query, head) pairs of a KV
+/// head) round-robin over the threads, a barrier, then KV tiles (16 KV rows of a KV head).
+fn back_tiled(io: &BackIo, group: usize, ctx: &Ctx<'_>) {
+    let (n_q, n_kv, n_head_kv) = (io.q.layout.ne[1], io.k.layout.ne[1], io.k.layout.ne[2]);
+    let per_kv_head = (n_q * group).div_ceil(LANES);
+    SCRATCH.with_borrow_mut(|scratch| {
+        let mut lanes = [(0usize, 0usize); LANES];
+        for job in (ctx.ith..n_head_kv * per_kv_head).step_by(ctx.nth) {
+            let (hk, t) = (job / per_kv_head, job % per_kv_head);
+            let pairs = t * LANES..((t + 1) * LANES).min(n_q * group);
+            let n = pairs.len();
+            for (lane, p) in lanes.iter_mut().zip(pairs) {
+                *lane = (p / group, hk * group + p % group);
+            }
+            // SAFETY: tiles_fit() checked the ISA and layouts, the caller the head sizes and
+            // the work buffer; each (i, h) lane belongs to exactly one job, so its dq row and
+            // stats slot are this thread's.
+            unsafe { tiles::query_tile(io, hk, &lanes[..n], scratch) };
+        }
+        ctx.barrier();
+        let per_kv_head = n_kv.div_ceil(LANES);
+        for job in (ctx.ith..n_head_kv * per_kv_head).step_by(ctx.nth) {
+            let (hk, t) = (job / per_kv_head, job % per_kv_head);
+            let j0 = t * LANES;
+            let n = LANES.min(n_kv - j0);
+            // SAFETY: as above; every stats slot was written before the barrier; KV rows
+            // j0..j0+n of head hk belong to this job alone.
+            unsafe { tiles::kv_tile(io, hk, j0, n, group, scratch) };
+        }
+    });
+}
+
 pub(crate) fn flash_attn_back(
     scale: f32,
     softcap: f32,
@@ -95,6 +148,21 @@ pub(crate) fn flash_attn_back(
     let out = a.dst.ptr as *mut f32;
     let (dq_at, dk_at) = (0, at.q.layout.n_elements());
     let dv_at = dk_at + at.k.layout.n_elements();
+    if !a.strict && softcap == 0.0 && tiles_fit(&at) {
+        let io = BackIo {
+            q: at.q,
+            k: at.k,
+            v: at.v,
+            mask: at.mask,
+            d_out: at.d_out,
+            scale,
+            out,
+            dk_at,
+            dv_at,
+            stats,
+        };
+        return back_tiled(&io, group, ctx);
+    }
     let mut qbuf = [0f64; MAX_D];
     let mut acc = [0f64; MAX_D];
     let mut acc2 = [0f64; MAX_D];

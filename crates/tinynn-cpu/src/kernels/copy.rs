@@ -147,6 +147,18 @@ unsafe fn convert(
 ) -> bool {
     let n = dst.layout.ne[0];
     let (s, d) = (&src.layout, &dst.layout);
+    if s.dtype == GgmlType::F32 && d.dtype == GgmlType::F32 && s.nb[0] == 4 && d.nb[0] == 4 {
+        // SAFETY: both rows exist with n contiguous f32s (caller and the check above); a
+        // memmove, whatever the planner does with overlaps.
+        unsafe {
+            std::ptr::copy(
+                src.row_f32_ptr(src_row.0, src_row.1, src_row.2),
+                dst.row_f32_ptr(dst_row.0, dst_row.1, dst_row.2),
+                n,
+            )
+        };
+        return true;
+    }
     if s.dtype == GgmlType::F32 && d.dtype == GgmlType::F16 && s.nb[0] == 4 && d.nb[0] == 2 {
         // SAFETY: both rows exist with contiguous elements (caller and the check above); the
         // planner keeps a copy's output apart from its input.

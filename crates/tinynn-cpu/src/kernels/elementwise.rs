@@ -52,16 +52,56 @@ pub(crate) fn for_my_elements(dst: &RawTensor, ctx: &Ctx<'_>, f: impl Fn([usize;
     }
 }
 
+/// For each of this thread's output rows, `f(input row, output row, n)` when the input has
+/// contiguous F32 rows (rows of the output's shape); `false` (nothing done) otherwise.
+fn by_rows(
+    x: &RawTensor,
+    a: &StepArgs<'_>,
+    ctx: &Ctx<'_>,
+    f: impl Fn(*const f32, *mut f32, usize),
+) -> bool {
+    if x.layout.nb[0] != 4 || x.layout.dtype != tinynn_format::GgmlType::F32 {
+        return false;
+    }
+    let dst = &a.dst;
+    for r in split(dst.layout.n_rows(), ctx.ith, ctx.nth) {
+        let (i1, i2, i3) = row_index(&dst.layout, r);
+        f(
+            x.row_f32_ptr(i1, i2, i3),
+            dst.row_f32_ptr(i1, i2, i3),
+            dst.layout.ne[0],
+        );
+    }
+    true
+}
+
 pub(crate) fn unary(u: Unary, a: &StepArgs<'_>, ctx: &Ctx<'_>) {
     let x = a.src(0);
-    // SAFETY: same shape as the output, F32 (builder-checked).
-    for_my_elements(&a.dst, ctx, |i| apply_unary(u, unsafe { x.f32_at(i) }));
+    let rows = by_rows(&x, a, ctx, |xp, out, n| {
+        for i in 0..n {
+            // SAFETY: rows of n contiguous F32 values (x has the output's shape); this thread's
+            // row; in place, each value is read before it is written.
+            unsafe { out.add(i).write(apply_unary(u, xp.add(i).read())) };
+        }
+    });
+    if !rows {
+        // SAFETY: same shape as the output, F32 (builder-checked).
+        for_my_elements(&a.dst, ctx, |i| apply_unary(u, unsafe { x.f32_at(i) }));
+    }
 }
 
 pub(crate) fn scale(s: f32, a: &StepArgs<'_>, ctx: &Ctx<'_>) {
     let x = a.src(0);
-    // SAFETY: same shape as the output, F32.
-    for_my_elements(&a.dst, ctx, |i| unsafe { x.f32_at(i) } * s);
+    let rows = by_rows(&x, a, ctx, |xp, out, n| {
+        for i in 0..n {
+            // SAFETY: as in `unary`.
+            unsafe { out.add(i).write(xp.add(i).read() * s) };
+        }
+    });
+    if !rows {
+        // SAFETY: same shape as the output, F32.
+        for_my_elements(&a.dst, ctx, |i| unsafe { x.f32_at(i) } * s);
+    }
 }
 
 pub(crate) fn binary(op: Binary, a: &StepArgs<'_>, ctx: &Ctx<'_>) {

@@ -11,6 +11,46 @@ use super::{row_index, split, RawTensor, StepArgs, ERR_KERNEL};
 use crate::packed::PackedWeight;
 use crate::pool::Ctx;
 use crate::simd;
+use crate::simd::gemm_f32::{self, Gemm, Strided};
+
+/// Whether the AVX-512 f32 GEMM takes a product of these tensors: all F32 with strides in
+/// whole elements, the output (the first) with contiguous rows.
+pub(crate) fn gemm_fits(ts: &[&RawTensor]) -> bool {
+    gemm_f32::available()
+        && ts[0].layout.nb[0] == 4
+        && ts
+            .iter()
+            .all(|t| t.layout.dtype == GgmlType::F32 && t.layout.nb.iter().all(|b| b % 4 == 0))
+}
+
+/// `t` from element `(0, i1, i2, i3)` as a [`Strided`] whose `r` and `x` steps are the
+/// tensor's dimensions `r_dim` and `x_dim`.
+pub(crate) fn strided(
+    t: &RawTensor,
+    (i1, i2, i3): (usize, usize, usize),
+    r_dim: usize,
+    x_dim: usize,
+) -> Strided {
+    Strided {
+        ptr: t.row_f32_ptr(i1, i2, i3),
+        rs: t.layout.nb[r_dim] / 4,
+        xs: t.layout.nb[x_dim] / 4,
+    }
+}
+
+/// Runs the GEMM `make(i2, i3)` of every batch of an output shaped `ne`, the jobs of all
+/// batches split over the threads (each output block is computed by one thread, so the
+/// result does not depend on the thread count).
+pub(crate) fn gemm_batches(ne: [usize; 4], ctx: &Ctx<'_>, make: impl Fn(usize, usize) -> Gemm) {
+    let per = make(0, 0).jobs();
+    for job in split(per * ne[2] * ne[3], ctx.ith, ctx.nth) {
+        let b = job / per;
+        // SAFETY: gemm_fits() checked the ISA and dtypes; the callers build each batch's
+        // operands inside its tensors (builder-checked shapes), dst never overlaps a source,
+        // and output block `job` is this thread's alone.
+        unsafe { make(b % ne[2], b / ne[2]).run_job(job % per) };
+    }
+}
 
 /// Phase 1 of a matrix product with weights `w`: every thread converts its share of the rows
 /// of `x` into the weights' dot type in the step's work buffer, then all meet at a barrier.
@@ -61,6 +101,21 @@ pub(crate) fn mul_mat(a: &StepArgs<'_>, ctx: &Ctx<'_>) {
         if fits && x.layout.dtype == GgmlType::F32 && dst.layout.is_contiguous() {
             return mul_mat_packed(p, a, ctx);
         }
+    }
+    if gemm_fits(&[&dst, &w, &x]) {
+        // dst(n, mi) = Σ_k W(k, n) · x(k, mi): A = W (transposed packing), B = x's rows.
+        let [n_out, m, c2, c3] = dst.layout.ne;
+        let (r2, r3) = (c2 / w.layout.ne[2], c3 / w.layout.ne[3]);
+        return gemm_batches(dst.layout.ne, ctx, |i2, i3| Gemm {
+            a: strided(&w, (0, i2 / r2, i3 / r3), 0, 1),
+            b: strided(&x, (0, i2, i3), 0, 1),
+            c: dst.row_f32_ptr(0, i2, i3),
+            cm: dst.layout.nb[1] / 4,
+            ni: n_out,
+            nm: m,
+            nr: w.layout.ne[0],
+            bf16: a.bf16_matmul,
+        });
     }
     let Some((work, dot)) = prepare_activations(a, &w, &x, ctx) else {
         return;
@@ -216,6 +271,19 @@ pub(crate) fn out_prod(a: &StepArgs<'_>, ctx: &Ctx<'_>) {
     let [m, p, c2, c3] = dst.layout.ne;
     let n = x.layout.ne[1];
     let (r2, r3) = (c2 / x.layout.ne[2], c3 / x.layout.ne[3]);
+    if !a.strict && gemm_fits(&[&dst, &x, &y]) {
+        // dst(j, i) = Σ_k x(i, k) · y(j, k): A = x's rows, B = y by columns.
+        return gemm_batches(dst.layout.ne, ctx, |i2, i3| Gemm {
+            a: strided(&x, (0, i2 / r2, i3 / r3), 1, 0),
+            b: strided(&y, (0, i2, i3), 1, 0),
+            c: dst.row_f32_ptr(0, i2, i3),
+            cm: dst.layout.nb[1] / 4,
+            ni: m,
+            nm: p,
+            nr: n,
+            bf16: a.bf16_matmul,
+        });
+    }
     let rows = split(p * c2 * c3, ctx.ith, ctx.nth);
     if !a.strict && x.layout.rows_contiguous() && dst.layout.rows_contiguous() {
         out_prod_rows(a, rows, m, n, (r2, r3));

@@ -6,14 +6,29 @@
 //! ascending order, whatever the thread count.
 
 use super::copy::{read_chunk, CHUNK};
+use super::matmul::{gemm_batches, gemm_fits, strided};
 use super::{split, StepArgs, ERR_KERNEL};
 use crate::pool::Ctx;
+use crate::simd::gemm_f32::Gemm;
 
 pub(crate) fn mul_mat_t(a: &StepArgs<'_>, ctx: &Ctx<'_>) {
     let (w, dy, dst) = (a.src(0), a.src(1), a.dst);
     let [k, m, c2, c3] = dst.layout.ne;
     let n = w.layout.ne[1];
     let (r2, r3) = (c2 / w.layout.ne[2], c3 / w.layout.ne[3]);
+    if !a.strict && gemm_fits(&[&dst, &w, &dy]) {
+        // dst(mi, k) = Σ_n W(k, n) · dy(n, mi): A = W's rows, B = dy's rows.
+        return gemm_batches(dst.layout.ne, ctx, |i2, i3| Gemm {
+            a: strided(&w, (0, i2 / r2, i3 / r3), 1, 0),
+            b: strided(&dy, (0, i2, i3), 0, 1),
+            c: dst.row_f32_ptr(0, i2, i3),
+            cm: dst.layout.nb[1] / 4,
+            ni: k,
+            nm: m,
+            nr: n,
+            bf16: a.bf16_matmul,
+        });
+    }
     let be = w.layout.dtype.layout().block_elems as usize;
     let blocks = split(k / be, ctx.ith, ctx.nth);
     let (k0, k1) = (blocks.start * be, blocks.end * be);

@@ -182,6 +182,8 @@ pub(crate) struct StepArgs<'a> {
     pub errors: &'a RunErrors,
     /// Reference mode: f64 accumulation, activations not quantized.
     pub strict: bool,
+    /// F32 products in bf16 (`ExecOptions::bf16_matmul`).
+    pub bf16_matmul: bool,
 }
 
 impl StepArgs<'_> {

@@ -39,6 +39,24 @@ fn derivative(u: Unary, x: f64) -> f64 {
 
 pub(crate) fn unary_back(u: Unary, a: &StepArgs<'_>, ctx: &Ctx<'_>) {
     let (x, dy) = (a.src(0), a.src(1));
+    let rows = |t: &super::RawTensor| t.layout.nb[0] == 4;
+    if u == Unary::Silu && !a.strict && rows(&x) && rows(&dy) && rows(&a.dst) {
+        // SiLU (SwiGLU's gate), contiguous rows: the same f64 formula, eight lanes at a time.
+        for r in split(a.dst.layout.n_rows(), ctx.ith, ctx.nth) {
+            let (i1, i2, i3) = row_index(&a.dst.layout, r);
+            // SAFETY: row r of each holds ne0 contiguous f32s (same shape, builder-checked);
+            // output row r is this thread's; in place, each chunk is read before it is written.
+            unsafe {
+                crate::simd::vexp::silu_back_row(
+                    x.row_f32_ptr(i1, i2, i3),
+                    dy.row_f32_ptr(i1, i2, i3),
+                    a.dst.row_f32_ptr(i1, i2, i3),
+                    a.dst.layout.ne[0],
+                )
+            };
+        }
+        return;
+    }
     for_my_elements(&a.dst, ctx, |i| {
         // SAFETY: x and dy have the output's shape, F32 (builder-checked); in place over x,
         // element i is read before it is written.
@@ -51,6 +69,37 @@ pub(crate) fn reduce_to(a: &StepArgs<'_>, ctx: &Ctx<'_>) {
     let x = a.src(0);
     let (nd, nx) = (a.dst.layout.ne, x.layout.ne);
     let reps = [nx[0] / nd[0], nx[1] / nd[1], nx[2] / nd[2], nx[3] / nd[3]];
+    let f32_rows = x.layout.dtype == tinynn_format::GgmlType::F32 && x.layout.nb[0] == 4;
+    if nd[1] * nd[2] * nd[3] == 1 && reps[0] == 1 && f32_rows {
+        // Sums over whole rows into one row (bias and norm-weight gradients): the row's
+        // elements split over the threads, 64 sums at a time added row by row, each in the
+        // order below.
+        const W: usize = 64;
+        let out = a.dst.ptr as *mut f32;
+        let mine = split(nd[0], ctx.ith, ctx.nth);
+        let mut j0 = mine.start;
+        while j0 < mine.end {
+            let w = W.min(mine.end - j0);
+            let mut acc = [0f64; W];
+            for k3 in 0..nx[3] {
+                for k2 in 0..nx[2] {
+                    for k1 in 0..nx[1] {
+                        // SAFETY: row (k1, k2, k3) of x holds nx0 = nd0 contiguous f32s.
+                        let row = unsafe { x.row_f32(k1, k2, k3) };
+                        for (s, &v) in acc[..w].iter_mut().zip(&row[j0..j0 + w]) {
+                            *s += f64::from(v);
+                        }
+                    }
+                }
+            }
+            for (c, &s) in acc[..w].iter().enumerate() {
+                // SAFETY: element j0 + c of the contiguous F32 output is this thread's.
+                unsafe { out.add(j0 + c).write(s as f32) };
+            }
+            j0 += w;
+        }
+        return;
+    }
     for_my_elements(&a.dst, ctx, |j| {
         let mut acc = 0f64;
         for k3 in 0..reps[3] {
@@ -216,12 +265,20 @@ pub(crate) fn cross_entropy_loss_back(a: &StepArgs<'_>, ctx: &Ctx<'_>) {
             continue;
         }
         let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-        let sum: f64 = row.iter().map(|&x| f64::from(x - max).exp()).sum();
-        for (j, (o, &x)) in out.iter_mut().zip(row).enumerate() {
-            let p = f64::from(x - max).exp() / sum;
-            let t = if j == label as usize { 1.0 } else { 0.0 };
-            *o = (k * (p - t)) as f32;
+        if a.strict {
+            let sum: f64 = row.iter().map(|&x| f64::from(x - max).exp()).sum();
+            for (j, (o, &x)) in out.iter_mut().zip(row).enumerate() {
+                let p = f64::from(x - max).exp() / sum;
+                let t = if j == label as usize { 1.0 } else { 0.0 };
+                *o = (k * (p - t)) as f32;
+            }
+            continue;
         }
+        // The same sums, vectorized: k·p everywhere, then the label's k·(p − 1).
+        let sum = crate::simd::vexp::sum_exp_f64(row, max);
+        crate::simd::vexp::softmax_scaled_row(row, max, sum, k, out);
+        let p = f64::from(row[label as usize] - max).exp() / sum;
+        out[label as usize] = (k * (p - 1.0)) as f32;
     }
 }
 
@@ -258,26 +315,54 @@ pub(crate) fn view_back(
         // SAFETY: the output is contiguous F32; elements in `mine` are this thread's.
         unsafe { out.add(e).write(0.0) };
     }
+    // Element i of dy added into the output element it views (if this thread's).
+    let one = |i: [usize; 4]| {
+        let b = offset + i[0] * nb[0] + i[1] * nb[1] + i[2] * nb[2] + i[3] * nb[3];
+        let Some(e) = decompose(b, ne_s, src_nb, order) else {
+            if ctx.ith == 0 {
+                a.errors.record(ERR_KERNEL, 0);
+            }
+            return;
+        };
+        if mine.contains(&e) {
+            // SAFETY: i is inside dy; element e of the output is this thread's, and only this
+            // thread adds into it, in dy's order.
+            unsafe { out.add(e).write(out.add(e).read() + dy.f32_at(i)) };
+        }
+    };
     let nv = dy.layout.ne;
+    if nb[0] == 4 && src_nb[0] == 4 && dy.layout.nb[0] == 4 {
+        // Rows of the view run along rows of the source: one decomposition per row, then
+        // the row added element by element (the same elements in the same order as below).
+        for i3 in 0..nv[3] {
+            for i2 in 0..nv[2] {
+                for i1 in 0..nv[1] {
+                    let b = offset + i1 * nb[1] + i2 * nb[2] + i3 * nb[3];
+                    let e0 = decompose(b, ne_s, src_nb, order);
+                    let Some(e0) = e0.filter(|e| e % ne_s[0] + nv[0] <= ne_s[0]) else {
+                        // The row crosses rows of the source (or leaves it): element-wise.
+                        for i0 in 0..nv[0] {
+                            one([i0, i1, i2, i3]);
+                        }
+                        continue;
+                    };
+                    let (lo, hi) = (e0.max(mine.start), (e0 + nv[0]).min(mine.end));
+                    let row = dy.row_f32_ptr(i1, i2, i3);
+                    for e in lo..hi {
+                        // SAFETY: element e − e0 < ne0 of dy's row (i1, i2, i3); element e
+                        // of the output is this thread's.
+                        unsafe { out.add(e).write(out.add(e).read() + *row.add(e - e0)) };
+                    }
+                }
+            }
+        }
+        return;
+    }
     for i3 in 0..nv[3] {
         for i2 in 0..nv[2] {
             for i1 in 0..nv[1] {
                 for i0 in 0..nv[0] {
-                    let b = offset + i0 * nb[0] + i1 * nb[1] + i2 * nb[2] + i3 * nb[3];
-                    let Some(e) = decompose(b, ne_s, src_nb, order) else {
-                        if ctx.ith == 0 {
-                            a.errors.record(ERR_KERNEL, 0);
-                        }
-                        continue;
-                    };
-                    if mine.contains(&e) {
-                        // SAFETY: (i0..i3) is inside dy; element e of the output is this
-                        // thread's, and only this thread adds into it, in dy's order.
-                        unsafe {
-                            out.add(e)
-                                .write(out.add(e).read() + dy.f32_at([i0, i1, i2, i3]))
-                        };
-                    }
+                    one([i0, i1, i2, i3]);
                 }
             }
         }

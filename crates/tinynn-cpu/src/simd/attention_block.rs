@@ -158,10 +158,8 @@ pub(crate) unsafe fn attend_blocked(
             unsafe { _mm512_storeu_ps(s.p.as_mut_ptr().add(jj * LANES), m) };
             *nj = _mm512_cmp_ps_mask::<_CMP_NEQ_UQ>(m, neg_inf) != 0;
             if *nj {
-                // SAFETY: row (j, hk) of k is inside k, contiguous F16 (caller).
-                unsafe {
-                    f16_row_to_f32(k.row(j, hk, 0).as_ptr(), &mut s.k_blk[jj * d..(jj + 1) * d])
-                };
+                // SAFETY: row (j, hk) of k is inside k, contiguous F16 or F32 (caller).
+                unsafe { load_row(k, j, hk, &mut s.k_blk[jj * d..(jj + 1) * d]) };
             }
         }
         // Scores of the block, [nb][16], four K rows per pass over the queries; rows every
@@ -233,13 +231,8 @@ pub(crate) unsafe fn attend_blocked(
                 _mm512_storeu_ps(pp, e);
                 psum = _mm512_add_ps(psum, e);
             }
-            // SAFETY: row (j0 + jj, hk) of v is inside v, contiguous F16 (caller).
-            unsafe {
-                f16_row_to_f32(
-                    v.row(j0 + jj, hk, 0).as_ptr(),
-                    &mut s.v_blk[jj * dv..(jj + 1) * dv],
-                )
-            };
+            // SAFETY: row (j0 + jj, hk) of v is inside v, contiguous F16 or F32 (caller).
+            unsafe { load_row(v, j0 + jj, hk, &mut s.v_blk[jj * dv..(jj + 1) * dv]) };
         }
         sum = _mm512_add_ps(sum, psum);
         // acc[c] += Σ_jj p[jj] · v[jj][c], eight value columns at a time in registers.
@@ -351,6 +344,53 @@ unsafe fn visibility(m: &RawTensor, lanes: &[(usize, usize)], n_kv: usize) -> Vi
         last,
         ranges: plain.then_some((lo, hi)),
     }
+}
+
+/// Row `(j, hk)` of an F16 or F32 tensor with contiguous rows, as f32.
+///
+/// # Safety
+/// AVX-512F + F16C; the row exists and holds `out.len()` values.
+#[cfg(target_arch = "x86_64")]
+#[inline]
+#[target_feature(enable = "avx512f,f16c")]
+unsafe fn load_row(t: &RawTensor, j: usize, hk: usize, out: &mut [f32]) {
+    if t.layout.dtype == tinynn_format::GgmlType::F32 {
+        // SAFETY: the row holds out.len() contiguous f32s (caller).
+        let row = unsafe { std::slice::from_raw_parts(t.row_f32_ptr(j, hk, 0), out.len()) };
+        out.copy_from_slice(row);
+    } else {
+        // SAFETY: the row holds out.len() contiguous f16s (caller).
+        unsafe { f16_row_to_f32(t.row(j, hk, 0).as_ptr(), out) };
+    }
+}
+
+/// 16 lane scores `Σ_c q_t[c][l] · k[c]` over 8 accumulators (the attention gradient's
+/// one-row form).
+///
+/// # Safety
+/// AVX-512F; `q_t` holds `d` rows of 16, `k` holds `d` values.
+#[cfg(target_arch = "x86_64")]
+#[inline]
+#[target_feature(enable = "avx512f,fma")]
+pub(crate) unsafe fn lane_dots(q_t: &[f32], k: &[f32], d: usize) -> __m512 {
+    let mut a = [_mm512_setzero_ps(); 8];
+    let mut c = 0;
+    while c + 8 <= d {
+        for (r, ar) in a.iter_mut().enumerate() {
+            // SAFETY: c + r < d.
+            let qv = unsafe { _mm512_loadu_ps(q_t.as_ptr().add((c + r) * LANES)) };
+            *ar = _mm512_fmadd_ps(qv, _mm512_set1_ps(k[c + r]), *ar);
+        }
+        c += 8;
+    }
+    while c < d {
+        // SAFETY: c < d.
+        let qv = unsafe { _mm512_loadu_ps(q_t.as_ptr().add(c * LANES)) };
+        a[c % 8] = _mm512_fmadd_ps(qv, _mm512_set1_ps(k[c]), a[c % 8]);
+        c += 1;
+    }
+    let a4 = [0, 1, 2, 3].map(|r| _mm512_add_ps(a[r], a[r + 4]));
+    _mm512_add_ps(_mm512_add_ps(a4[0], a4[1]), _mm512_add_ps(a4[2], a4[3]))
 }
 
 /// 16 lane scores `Σ_c q_t[c][l] · k_blk[row][c]` for four K rows, two accumulators each

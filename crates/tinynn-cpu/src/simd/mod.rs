@@ -5,6 +5,7 @@
 //! Every SIMD kernel has the scalar reference (`tinynn_core::quant::vec_dot`) as its oracle in
 //! tests; formats without a SIMD kernel use that reference.
 
+pub(crate) mod attention_back;
 pub(crate) mod attention_block;
 #[cfg(target_arch = "x86_64")]
 mod avx2;
@@ -16,6 +17,8 @@ mod avx2_q5;
 mod avx512;
 #[cfg(target_arch = "x86_64")]
 mod avx512_kquants;
+pub(crate) mod gemm_f32;
+pub use gemm_f32::{bf16_available, bf16_bits};
 pub mod quantize_q8;
 pub mod vexp;
 

@@ -93,6 +93,136 @@ pub fn exp_slice(xs: &mut [f32]) {
     }
 }
 
+/// `Σ_j exp(row[j] − max)` with `row[j] − max` rounded to f32 and the exp and sum in f64
+/// (softmax denominators of cross-entropy), eight f64 lanes at a time where AVX-512 is
+/// available.
+pub(crate) fn sum_exp_f64(row: &[f32], max: f32) -> f64 {
+    #[cfg(target_arch = "x86_64")]
+    if available() {
+        // SAFETY: AVX-512F checked.
+        return unsafe { sum_exp_avx512(row, max) };
+    }
+    row.iter().map(|&x| f64::from(x - max).exp()).sum()
+}
+
+/// `out[j] = (k · exp(row[j] − max) / sum) as f32`, the exp as in [`sum_exp_f64`].
+pub(crate) fn softmax_scaled_row(row: &[f32], max: f32, sum: f64, k: f64, out: &mut [f32]) {
+    let mut done = 0;
+    #[cfg(target_arch = "x86_64")]
+    if available() {
+        // SAFETY: AVX-512F checked.
+        done = unsafe { softmax_scaled_avx512(row, max, sum, k, out) };
+    }
+    for (o, &x) in out[done..].iter_mut().zip(&row[done..]) {
+        *o = (k * (f64::from(x - max).exp() / sum)) as f32;
+    }
+}
+
+/// The f64 exps of 16 f32 lanes `x − max`, as two 8-lane halves.
+#[cfg(target_arch = "x86_64")]
+#[inline]
+#[target_feature(enable = "avx512f")]
+unsafe fn exp_halves(x: __m512, max: __m512) -> (__m512d, __m512d) {
+    let d = _mm512_sub_ps(x, max);
+    let lo = _mm512_cvtps_pd(_mm512_castps512_ps256(d));
+    let hi = _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(
+        _mm512_castps_pd(d),
+    )));
+    // SAFETY: AVX-512F is enabled here.
+    unsafe { (exp8_f64(lo), exp8_f64(hi)) }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn sum_exp_avx512(row: &[f32], max: f32) -> f64 {
+    let m = _mm512_set1_ps(max);
+    let (mut a, mut b) = (_mm512_setzero_pd(), _mm512_setzero_pd());
+    let mut chunks = row.chunks_exact(16);
+    for c in &mut chunks {
+        // SAFETY: 16 f32s; AVX-512F is enabled here.
+        let (lo, hi) = unsafe { exp_halves(_mm512_loadu_ps(c.as_ptr()), m) };
+        a = _mm512_add_pd(a, lo);
+        b = _mm512_add_pd(b, hi);
+    }
+    let tail: f64 = chunks
+        .remainder()
+        .iter()
+        .map(|&x| f64::from(x - max).exp())
+        .sum();
+    _mm512_reduce_add_pd(_mm512_add_pd(a, b)) + tail
+}
+
+/// Whole 16-value chunks of [`softmax_scaled_row`]; returns how many values it did.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn softmax_scaled_avx512(row: &[f32], max: f32, sum: f64, k: f64, out: &mut [f32]) -> usize {
+    let (m, s, kk) = (_mm512_set1_ps(max), _mm512_set1_pd(sum), _mm512_set1_pd(k));
+    let n = row.len().min(out.len()) / 16 * 16;
+    for i in (0..n).step_by(16) {
+        // SAFETY: i + 16 ≤ n values of row and out; AVX-512F is enabled here.
+        unsafe {
+            let (lo, hi) = exp_halves(_mm512_loadu_ps(row.as_ptr().add(i)), m);
+            let lo = _mm512_cvtpd_ps(_mm512_mul_pd(kk, _mm512_div_pd(lo, s)));
+            let hi = _mm512_cvtpd_ps(_mm512_mul_pd(kk, _mm512_div_pd(hi, s)));
+            _mm256_storeu_ps(out.as_mut_ptr().add(i), lo);
+            _mm256_storeu_ps(out.as_mut_ptr().add(i + 8), hi);
+        }
+    }
+    n
+}
+
+/// `out[i] = (dy[i] · silu'(x[i])) as f32` with `silu'(x) = s·(1 + x·(1 − s))`,
+/// `s = 1/(1 + exp(−x))`, in f64 (SiLU's gradient); `out` may be `x` or `dy`.
+///
+/// # Safety
+/// `x`, `dy` and `out` point to `n` f32s.
+pub(crate) unsafe fn silu_back_row(x: *const f32, dy: *const f32, out: *mut f32, n: usize) {
+    let mut i = 0;
+    #[cfg(target_arch = "x86_64")]
+    if available() {
+        // SAFETY: AVX-512F checked; pointers from the caller.
+        i = unsafe { silu_back_avx512(x, dy, out, n) };
+    }
+    for j in i..n {
+        // SAFETY: j < n.
+        unsafe { *out.add(j) = silu_back_one(*x.add(j), *dy.add(j)) };
+    }
+}
+
+fn silu_back_one(x: f32, dy: f32) -> f32 {
+    let x = f64::from(x);
+    let s = 1.0 / (1.0 + (-x).exp());
+    (f64::from(dy) * (s * (1.0 + x * (1.0 - s)))) as f32
+}
+
+/// Whole 8-value chunks of [`silu_back_row`]; returns how many values it did. Chunks with an
+/// `x` below −100 (where the vector exp clamps) go through the scalar formula.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn silu_back_avx512(x: *const f32, dy: *const f32, out: *mut f32, n: usize) -> usize {
+    let one = _mm512_set1_pd(1.0);
+    let mut i = 0;
+    while i + 8 <= n {
+        // SAFETY: i + 8 ≤ n values at each pointer; AVX-512F is enabled here.
+        unsafe {
+            let xv = _mm512_cvtps_pd(_mm256_loadu_ps(x.add(i)));
+            let gv = _mm512_cvtps_pd(_mm256_loadu_ps(dy.add(i)));
+            if _mm512_cmp_pd_mask::<_CMP_LT_OQ>(xv, _mm512_set1_pd(-100.0)) != 0 {
+                for j in i..i + 8 {
+                    *out.add(j) = silu_back_one(*x.add(j), *dy.add(j));
+                }
+            } else {
+                let e = exp8_f64(_mm512_sub_pd(_mm512_setzero_pd(), xv));
+                let s = _mm512_div_pd(one, _mm512_add_pd(one, e));
+                let d = _mm512_mul_pd(s, _mm512_fmadd_pd(xv, _mm512_sub_pd(one, s), one));
+                _mm256_storeu_ps(out.add(i), _mm512_cvtpd_ps(_mm512_mul_pd(gv, d)));
+            }
+        }
+        i += 8;
+    }
+    i
+}
+
 /// `out[i] = silu(g[i]) · u[i]` (SwiGLU) over `n` values; `out` may be `g` or `u`.
 ///
 /// # Safety

@@ -81,6 +81,7 @@ pub fn train_config(e: &Expected, threads: usize, strict: bool) -> TrainConfig {
         strict,
         trace: false,
         lora: None,
+        bf16_matmul: false,
     }
 }
 
