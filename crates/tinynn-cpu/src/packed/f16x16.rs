@@ -54,6 +54,13 @@ mod avx512 {
         let mut f = [[_mm512_setzero_ps(); T]; 4];
         let mut e = 0;
         while e < nb * 32 {
+            if T == 1 {
+                // Decode streams the weights once: ask for the rows PF_BYTES ahead.
+                // SAFETY: prefetching never faults.
+                let ahead = w.wrapping_add(32 * e + super::super::PF_BYTES) as *const i8;
+                _mm_prefetch::<_MM_HINT_T0>(ahead);
+                _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(64));
+            }
             for (s, fs) in f.iter_mut().enumerate().take(sets) {
                 // SAFETY: element e + s < nb·32 (sets divides 32) of the group and of every
                 // token row is in bounds (caller).

@@ -112,6 +112,13 @@ mod avx512 {
             // SAFETY: block b of the group and of every token row is in bounds (caller).
             unsafe {
                 let wb = w.add(b * bb);
+                if T == 1 {
+                    // Decode streams the weights once: ask for the block PF_BYTES ahead.
+                    let ahead = wb.wrapping_add(super::super::PF_BYTES) as *const i8;
+                    for line in 0..bb.div_ceil(64) {
+                        _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(64 * line));
+                    }
+                }
                 let d = _mm512_cvtph_ps(_mm256_loadu_si256(wb as *const __m256i));
                 let mn = if MIN {
                     _mm512_cvtph_ps(_mm256_loadu_si256(wb.add(M_AT) as *const __m256i))
