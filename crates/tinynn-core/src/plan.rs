@@ -66,6 +66,9 @@ pub struct Plan {
     arena_bytes: usize,
 }
 
+/// Rows of a non-F32 weight a backend dequantizes at a time for `mul_mat_t` (sizes its work).
+pub const MUL_MAT_T_PANEL_ROWS: usize = 4096;
+
 /// Scratch bytes an op needs besides its output.
 pub fn work_bytes(graph: &Graph, node: TensorId) -> usize {
     let n = graph.node(node);
@@ -81,6 +84,16 @@ pub fn work_bytes(graph: &Graph, node: TensorId) -> usize {
                 t => quant::vec_dot_type(t).unwrap_or(t),
             };
             quant::row_bytes(dot, b.ne[0]).unwrap_or(0) * b.n_rows()
+        }
+        // A non-F32 weight's gradient product: a panel of dequantized rows and a partial
+        // product (the CPU backend's `mul_mat_t`).
+        Op::MulMatT => {
+            let (w, d) = (graph.layout(n.src[0]), graph.layout(node));
+            if w.dtype == GgmlType::F32 {
+                0
+            } else {
+                4 * w.ne[0] * (w.ne[1].min(MUL_MAT_T_PANEL_ROWS) + d.ne[1])
+            }
         }
         // Per-thread partial sums (loss, count) for up to 64 threads.
         Op::CrossEntropyLoss => 64 * 16,

@@ -682,3 +682,42 @@ fn through(ty: GgmlType, x: &[f32]) -> Vec<f32> {
     quant::quantize_row(ty, x, &mut q).unwrap();
     dequant(ty, &q, x.len())
 }
+
+/// `Wᵀ · dy` with frozen non-F32 weights in normal mode (dequantized panels of 4096 rows
+/// through the f32 GEMM): more rows than one panel, a partial last panel, against f64 sums
+/// of the dequantized weights, 1–3 threads.
+#[test]
+fn mul_mat_t_quantized_weights_in_panels() {
+    let mut rng = Rng::new(77);
+    for (ty, k, n, m) in [
+        (GgmlType::Q8_0, 64, 4096 + 700, 5),
+        (GgmlType::Q4_1, 96, 300, 17),
+        (GgmlType::F16, 40, 4100, 3),
+    ] {
+        let w_bytes = weight_bytes(ty, k, n, &mut rng);
+        let mut w_f32 = vec![0f32; k * n];
+        tinynn_core::quant::dequantize_row(ty, &w_bytes, &mut w_f32).unwrap();
+        let dy = rng.vec(n * m);
+        let mut g = Graph::new();
+        let w = g.weight("w", ty, &[k, n]).unwrap();
+        let d = g.input("dy", GgmlType::F32, &[n, m]).unwrap();
+        let out = g.mul_mat_t(w, d).unwrap();
+        let want: Vec<f64> = (0..k * m)
+            .map(|e| {
+                let (i, mi) = (e % k, e / k);
+                (0..n)
+                    .map(|r| f64::from(w_f32[i + k * r]) * f64::from(dy[r + n * mi]))
+                    .sum()
+            })
+            .collect();
+        check(
+            &format!("mul_mat_t {ty} k={k} n={n} m={m}"),
+            &g,
+            out,
+            &[Input::F32(d, dy)],
+            &[(w, &w_bytes)],
+            &want,
+            1e-10,
+        );
+    }
+}

@@ -29,6 +29,9 @@ pub(crate) fn mul_mat_t(a: &StepArgs<'_>, ctx: &Ctx<'_>) {
             bf16: a.bf16_matmul,
         });
     }
+    if !a.strict && quantized_fits(a, &w, &dy, &dst) {
+        return mul_mat_t_dequantized(a, ctx);
+    }
     let be = w.layout.dtype.layout().block_elems as usize;
     let blocks = split(k / be, ctx.ith, ctx.nth);
     let (k0, k1) = (blocks.start * be, blocks.end * be);
@@ -90,5 +93,108 @@ pub(crate) fn mul_mat_t(a: &StepArgs<'_>, ctx: &Ctx<'_>) {
                 c0 += len;
             }
         }
+    }
+}
+
+/// Rows of a non-F32 weight dequantized per pass of [`mul_mat_t_dequantized`].
+const DEQUANT_ROWS: usize = tinynn_core::plan::MUL_MAT_T_PANEL_ROWS;
+
+/// Work bytes [`mul_mat_t_dequantized`] needs for a weight `[k, n]` and `m` output rows: a
+/// panel of `min(n, DEQUANT_ROWS)` dequantized rows and one `[k, m]` partial product (as
+/// `tinynn_core::plan::work_bytes` reserves them).
+fn dequant_work_bytes(k: usize, n: usize, m: usize) -> usize {
+    4 * k * (n.min(DEQUANT_ROWS) + m)
+}
+
+/// Whether the dequantizing GEMM path takes this product: a 2-D non-F32 weight, F32 `dy` and
+/// a contiguous F32 output, the GEMM kernel present, and work space for it.
+fn quantized_fits(
+    a: &StepArgs<'_>,
+    w: &super::RawTensor,
+    dy: &super::RawTensor,
+    dst: &super::RawTensor,
+) -> bool {
+    let [k, m, c2, c3] = dst.layout.ne;
+    w.layout.dtype != tinynn_format::GgmlType::F32
+        && w.layout.ne[2] == 1
+        && w.layout.ne[3] == 1
+        && c2 == 1
+        && c3 == 1
+        && dst.layout.is_contiguous()
+        && gemm_fits(&[dst, dy])
+        && a.work_len >= dequant_work_bytes(k, w.layout.ne[1], m)
+}
+
+/// `dst = Wᵀ · dy` for a weight in any format: `DEQUANT_ROWS` rows of W at a time are
+/// dequantized into the work buffer (threads split the rows), then multiplied with the f32
+/// GEMM into `dst` (first panel) or into a partial product added to `dst` (threads split the
+/// rows of `dst`). Panels are fixed, so the result does not depend on the thread count.
+fn mul_mat_t_dequantized(a: &StepArgs<'_>, ctx: &Ctx<'_>) {
+    let (w, dy, dst) = (a.src(0), a.src(1), a.dst);
+    let [k, m, _, _] = dst.layout.ne;
+    let n = w.layout.ne[1];
+    let rows = n.min(DEQUANT_ROWS);
+    let panel = a.work as *mut f32;
+    let partial = panel.wrapping_add(rows * k);
+    let mut n0 = 0;
+    while n0 < n {
+        let nr = rows.min(n - n0);
+        for r in split(nr, ctx.ith, ctx.nth) {
+            // SAFETY: panel row r (k f32s) is inside the work buffer (checked by
+            // quantized_fits) and this thread's; weight row n0 + r exists with contiguous rows.
+            let ok = unsafe {
+                read_chunk(
+                    &w,
+                    (n0 + r, 0, 0),
+                    0,
+                    std::slice::from_raw_parts_mut(panel.add(r * k), k),
+                )
+            };
+            if !ok {
+                a.errors.record(ERR_KERNEL, 0);
+            }
+        }
+        ctx.barrier();
+        let (c, cm) = if n0 == 0 {
+            (dst.row_f32_ptr(0, 0, 0), dst.layout.nb[1] / 4)
+        } else {
+            (partial, k)
+        };
+        // dst(mi, i) = Σ_r panel(i, r) · dy(n0 + r, mi): A = the panel's rows, B = dy's.
+        let dy0 = dy.ptr.wrapping_add(n0 * dy.layout.nb[0]);
+        gemm_batches([k, m, 1, 1], ctx, |_, _| Gemm {
+            a: crate::simd::gemm_f32::Strided {
+                ptr: panel as *const f32,
+                rs: k,
+                xs: 1,
+            },
+            b: crate::simd::gemm_f32::Strided {
+                ptr: dy0 as *const f32,
+                rs: dy.layout.nb[0] / 4,
+                xs: dy.layout.nb[1] / 4,
+            },
+            c,
+            cm,
+            ni: k,
+            nm: m,
+            nr,
+            bf16: a.bf16_matmul,
+        });
+        ctx.barrier();
+        if n0 > 0 {
+            for mi in split(m, ctx.ith, ctx.nth) {
+                let out = dst.row_f32_ptr(mi, 0, 0);
+                for i in 0..k {
+                    // SAFETY: row mi of dst (k f32s) is this thread's; the partial product
+                    // holds m rows of k (written before the barrier).
+                    unsafe {
+                        out.add(i)
+                            .write(out.add(i).read() + partial.add(mi * k + i).read())
+                    };
+                }
+            }
+            ctx.barrier();
+        }
+        n0 += nr;
     }
 }
