@@ -79,6 +79,7 @@ pub fn run(args: &FinetuneArgs) -> Result<()> {
         optimizer: la.optimizer(),
         clip: la.clip,
         threads: la.threads(),
+        bf16_matmul: la.bf16,
         lora,
         ..TrainConfig::default()
     };
@@ -100,6 +101,7 @@ pub fn run(args: &FinetuneArgs) -> Result<()> {
         "data": la.data.display().to_string(),
         "seq": la.seq,
         "batch": la.batch,
+        "bf16": la.bf16,
         "accum": la.accum,
         "seed": la.seed,
         "eval_frac": la.eval_frac,

@@ -204,6 +204,7 @@ pub fn run(args: &TrainArgs) -> Result<()> {
         optimizer: la.optimizer(),
         clip: la.clip,
         threads: la.threads(),
+        bf16_matmul: la.bf16,
         ..TrainConfig::default()
     };
     let meta = metadata(&config, &tok_file);
@@ -232,6 +233,7 @@ pub fn run(args: &TrainArgs) -> Result<()> {
         "data": la.data.display().to_string(),
         "seq": la.seq,
         "batch": la.batch,
+        "bf16": la.bf16,
         "accum": la.accum,
         "seed": la.seed,
         "eval_frac": la.eval_frac,

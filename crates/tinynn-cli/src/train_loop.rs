@@ -44,6 +44,10 @@ pub struct LoopArgs {
     /// Sequences per micro-batch.
     #[arg(long, default_value_t = 4)]
     pub batch: usize,
+    /// bf16 mixed precision: the matrix products round their operands to bf16 and sum in f32
+    /// (AVX-512 BF16; plain f32 where the CPU lacks it); weights and optimizer state stay f32.
+    #[arg(long)]
+    pub bf16: bool,
     /// Micro-batches per optimizer step (gradient accumulation).
     #[arg(long, default_value_t = 1)]
     pub accum: usize,

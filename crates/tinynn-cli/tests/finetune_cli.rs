@@ -116,6 +116,23 @@ fn lora_finetune_resume_and_run_with_the_adapter() {
     let out = finetune(&data, &part, 8, &["--resume", "--rank", "8"]);
     assert_ne!(out.code, Some(0));
     assert!(out.stderr.contains("other settings"), "{}", out.stderr);
+    let out = finetune(&data, &part, 8, &["--resume", "--bf16"]);
+    assert_ne!(out.code, Some(0));
+    assert!(out.stderr.contains("other settings"), "{}", out.stderr);
+
+    // bf16 mixed precision trains the same run to nearly the same losses.
+    let bf16 = dir.path().join("bf16");
+    let out = finetune(&data, &bf16, 6, &["--bf16"]);
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    let bf16_losses = losses(&bf16);
+    assert_eq!(bf16_losses.len(), 6);
+    for ((s, a), (_, b)) in bf16_losses.iter().zip(&full_losses) {
+        let (a, b) = (f32::from_bits(*a), f32::from_bits(*b));
+        assert!(
+            a.is_finite() && (a - b).abs() <= 0.02 * b.abs(),
+            "step {s}: bf16 loss {a} vs f32 {b}"
+        );
+    }
 
     // The adapter changes the output; scale 0 does not.
     let adapter = full.join("adapter.gguf");
