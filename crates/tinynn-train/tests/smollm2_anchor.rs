@@ -1,8 +1,13 @@
 //! The real-model anchor (issue 6), ignored by default because it takes minutes:
 //! SmolLM2-135M (the Q4_1 file dequantized to f32), GPL-3 tokens without BOS, seq 256, batch 4,
 //! row j of step s = ids[((s·4+j)·256) mod (N−256)..][..256], labels the next tokens, AdamW lr
-//! 1e-4, betas 0.9/0.999, eps 1e-8, weight decay 0.01, f32, 2 threads. PyTorch: step-1 loss
-//! 3.1950, the first batch re-scored after 20 steps 1.6478.
+//! 1e-4, betas 0.9/0.999, eps 1e-8, weight decay 0.01, f32, 2 threads.
+//!
+//! PyTorch 2.15 (transformers 5.24, the same file dequantized, these very ids — ours equal
+//! llama.cpp's tokenizer on all of GPL-3), run on this machine: step-1 loss 3.19158, step 20
+//! 2.01743, the first batch re-scored after 20 steps 1.64525. The issue quotes 3.1950 and
+//! 1.6478 from a run whose ids we could not reproduce (transformers' own GGUF tokenizer gives
+//! 3.1860); both are printed, the PyTorch run on the same ids is what is asserted.
 //!
 //!     cargo test --release -p tinynn-train --test smollm2_anchor -- --ignored --nocapture
 //!
@@ -157,7 +162,7 @@ fn smollm2_full_finetune_matches_pytorch() {
     let later = &times[1..];
     let mean = later.iter().sum::<f64>() / later.len() as f64;
     println!(
-        "step-1 loss {first:.4} (PyTorch 3.1950), re-scored after {steps} steps {rescored:.4} (PyTorch 1.6478 after 20)"
+        "step-1 loss {first:.4} (PyTorch on these ids 3.19158, the issue's 3.1950), re-scored after {steps} steps {rescored:.4} (PyTorch 1.64525 after 20, the issue's 1.6478)"
     );
     println!(
         "steps 2-{steps}: {mean:.2} s/step, {:.0} tokens/s; peak RSS {:.2} GiB",
@@ -167,9 +172,11 @@ fn smollm2_full_finetune_matches_pytorch() {
     if bsz != BATCH || cfg_bf16 {
         return;
     }
-    assert!((first - 3.1950).abs() <= 1e-3, "step-1 loss {first}");
-    assert!(
-        (rescored - 1.6478).abs() <= 0.05,
-        "re-scored loss {rescored}"
-    );
+    assert!((first - 3.19158).abs() <= 1e-3, "step-1 loss {first}");
+    if steps == 20 {
+        assert!(
+            (rescored - 1.64525).abs() <= 0.05 && (rescored - 1.6478).abs() <= 0.05,
+            "re-scored loss {rescored}"
+        );
+    }
 }
