@@ -126,6 +126,7 @@ struct Job<'a> {
     bases: &'a [usize],
     n_weights: usize,
     packed: &'a [Option<std::sync::Arc<crate::packed::PackedWeight>>],
+    packed_persistent: &'a [Option<std::sync::Arc<crate::packed::PackedWeight>>],
     errors: &'a RunErrors,
     strict: bool,
     bf16_matmul: bool,
@@ -166,6 +167,9 @@ impl Job<'_> {
                 (tinynn_core::ops::Op::MulMat, Some(&w)) if !self.strict => {
                     match self.plan.location(w).map(|l| l.region) {
                         Some(Region::Weight(i)) => self.packed[i as usize].as_deref(),
+                        Some(Region::Persistent(i)) => {
+                            self.packed_persistent[i as usize].as_deref()
+                        }
                         _ => None,
                     }
                 }
@@ -273,6 +277,7 @@ impl Executor {
             bases: &self.bases,
             n_weights: mem.weights.len(),
             packed: &mem.packed,
+            packed_persistent: &mem.packed_persistent,
             errors: &self.errors,
             strict: self.strict,
             bf16_matmul: self.bf16_matmul,

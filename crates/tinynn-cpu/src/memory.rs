@@ -86,6 +86,8 @@ pub struct Memory<'w> {
     pub(crate) weights: Vec<Option<&'w [u8]>>,
     /// Packed copies of weights for the matrix-product kernels (see `packed`), per weight slot.
     pub(crate) packed: Vec<Option<Arc<PackedWeight>>>,
+    /// The same for persistent tensors no step writes (a frozen training base), per slot.
+    pub(crate) packed_persistent: Vec<Option<Arc<PackedWeight>>>,
     pub(crate) persistent: Vec<AlignedBuf>,
 }
 
@@ -113,6 +115,7 @@ impl<'w> Memory<'w> {
         Memory {
             weights: vec![None; plan.weights().len()],
             packed: vec![None; plan.weights().len()],
+            packed_persistent: vec![None; plan.persistents().len()],
             persistent,
         }
     }
@@ -160,16 +163,19 @@ impl<'w> Memory<'w> {
     /// Gives weight `t` a packed copy (made by [`crate::packed::pack`] from the same bytes, and
     /// shareable between the memories of several plans); matrix products then read it instead of
     /// the bound bytes, except in strict mode. The bound bytes stay for other uses (e.g. an
-    /// embedding lookup of the same tensor).
+    /// embedding lookup of the same tensor). `t` may also be a persistent tensor that no step of
+    /// the plan writes (a frozen base in training); if the caller changes its bytes, the packed
+    /// copy must be bound anew.
     pub fn bind_packed(
         &mut self,
         plan: &Plan,
         t: TensorId,
         packed: Arc<PackedWeight>,
     ) -> Result<(), MemoryError> {
-        let Some(Region::Weight(slot)) = plan.location(t).map(|l| l.region) else {
+        let region = plan.location(t).map(|l| l.region);
+        if !matches!(region, Some(Region::Weight(_) | Region::Persistent(_))) {
             return Err(MemoryError::NotAWeight(Memory::name(plan, t)));
-        };
+        }
         let layout = plan.graph().layout(t);
         let [k, n] = packed.shape();
         if layout.dtype != packed.source_type() || layout.ne != [k, n, 1, 1] {
@@ -179,7 +185,11 @@ impl<'w> Memory<'w> {
                 ne: layout.ne,
             });
         }
-        self.packed[slot as usize] = Some(packed);
+        match region {
+            Some(Region::Weight(slot)) => self.packed[slot as usize] = Some(packed),
+            Some(Region::Persistent(slot)) => self.packed_persistent[slot as usize] = Some(packed),
+            _ => {}
+        }
         Ok(())
     }
 

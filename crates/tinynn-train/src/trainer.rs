@@ -155,7 +155,22 @@ impl Trainer {
         let fz = &loaded.frozen;
         let grad = grad_pass(&loaded.hparams, &loaded.specs, fz, lora, shape, cfg.accum)?;
         let update = update_pass(&loaded.specs, &cfg.optimizer)?;
-        let eval = eval_pass(&loaded.hparams, &loaded.specs, fz, lora, shape)?;
+        let mut eval = eval_pass(&loaded.hparams, &loaded.specs, fz, lora, shape)?;
+        let mut grad = grad;
+        // A frozen base (QLoRA) keeps its file type; where the CPU has the packed kernels its
+        // products read one interleaved copy, shared by both passes (never in strict mode).
+        if !cfg.strict {
+            for (i, f) in fz.iter().enumerate().filter(|(_, f)| f.dims.len() <= 2) {
+                let ne = [f.dims[0], f.dims.get(1).copied().unwrap_or(1), 1, 1];
+                let Some(p) = tinynn_cpu::packed::pack(f.dtype, ne, &f.bytes) else {
+                    continue;
+                };
+                let p = std::sync::Arc::new(p);
+                grad.mem
+                    .bind_packed(&grad.plan, grad.frozen[i], p.clone())?;
+                eval.mem.bind_packed(&eval.plan, eval.frozen[i], p)?;
+            }
+        }
         // The grad pass holds the frozen bytes now.
         let frozen = std::mem::take(&mut loaded.frozen)
             .into_iter()
