@@ -24,7 +24,8 @@ pub fn open(path: &Path, seq: usize, tok: &Tokenization<'_>) -> Result<Box<dyn S
         .unwrap_or("")
         .to_ascii_lowercase();
     Ok(match ext.as_str() {
-        "txt" | "text" | "md" => {
+        // Files without an extension (LICENSE, GPL-3, README) are text too.
+        "txt" | "text" | "md" | "" => {
             let Some(eos) = tok.tokenizer.eos() else {
                 bail!("the tokenizer has no end-of-text token to separate documents");
             };
@@ -43,7 +44,7 @@ pub fn open(path: &Path, seq: usize, tok: &Tokenization<'_>) -> Result<Box<dyn S
         }
         "bin" => Box::new(BinTokens::open(&[path.to_path_buf()], seq, tok.n_vocab)?),
         _ => bail!(
-            "{}: unknown data format (expected .txt, .jsonl or .bin)",
+            "{}: unknown data format (expected text: .txt, .md or no extension; chat: .jsonl; token ids: .bin)",
             path.display()
         ),
     })

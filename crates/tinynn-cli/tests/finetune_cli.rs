@@ -224,6 +224,11 @@ fn train_from_a_config_and_bad_input() {
     let out = finetune(&bad, &dir.path().join("x"), 1, &[]);
     assert_ne!(out.code, Some(0));
     assert!(out.stderr.contains("unknown data format"), "{}", out.stderr);
+    // A file without an extension (like GPL-3) is text.
+    let plain = dir.path().join("LICENSE");
+    std::fs::copy(&data, &plain).unwrap();
+    let out = finetune(&plain, &dir.path().join("plain"), 1, &[]);
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
     let out = finetune(&data, &dir.path().join("y"), 1, &["--targets", "q,zz"]);
     assert!(out.stderr.contains("unknown LoRA target"), "{}", out.stderr);
     let mut cmd = tnn();
