@@ -155,9 +155,11 @@ fn attend_f16_cache(
         }
         acc[..dv].fill(0.0);
         let (mut max, mut sum) = (f32::NEG_INFINITY, 0f32);
+        // Mask row i: element j is `step` f32s after element j − 1 (F32, builder-checked).
+        let mask_row = mask.map(|m| (m.row_f32_ptr(i, 0, 0) as *const f32, m.layout.nb[0] / 4));
         for j in 0..n_kv {
-            // SAFETY: the mask is [n_kv, ≥ n_q] (builder-checked).
-            let m = mask.map_or(0.0, |m| unsafe { m.f32_at([j, i, 0, 0]) });
+            // SAFETY: the mask is F32 [n_kv, ≥ n_q] (builder-checked), so (j, i) is inside it.
+            let m = mask_row.map_or(0.0, |(row, step)| unsafe { row.add(j * step).read() });
             if m == f32::NEG_INFINITY {
                 continue;
             }
