@@ -268,11 +268,12 @@ fn ctrl_c_saves_a_checkpoint_and_exits_cleanly() {
         assert!(t0.elapsed().as_secs() < 120, "no progress");
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
-    // SAFETY: the pid is our own live child (not yet waited for); SIGINT is a valid signal.
-    assert_eq!(
-        unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGINT) },
-        0
-    );
+    // Ctrl-C, as a terminal sends it (through kill(1): no unsafe FFI in the test).
+    let sent = std::process::Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(sent.success());
     let status = child.wait().unwrap();
     let stderr = std::fs::read_to_string(&err_path).unwrap();
     assert!(status.success(), "{stderr}");

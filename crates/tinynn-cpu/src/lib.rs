@@ -6,9 +6,11 @@ mod backend;
 mod executor;
 mod kernels;
 mod memory;
-pub mod packed;
 pub mod pool;
 pub mod simd;
+
+/// Weights repacked for the matrix kernels (they live with the other SIMD code).
+pub use simd::packed;
 
 pub use executor::{ExecError, ExecOptions, Executor};
 pub use memory::{AlignedBuf, Memory, MemoryError};

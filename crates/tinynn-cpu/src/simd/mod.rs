@@ -19,6 +19,7 @@ mod avx512;
 mod avx512_kquants;
 pub(crate) mod gemm_f32;
 pub use gemm_f32::{bf16_available, bf16_bits};
+pub mod packed;
 pub mod quantize_q8;
 pub mod vexp;
 
