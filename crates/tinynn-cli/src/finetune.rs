@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use anyhow::{Context, Result};
 use clap::Args;
 use serde_json::json;
-use tinynn_train::{LoraConfig, Targets, TrainConfig, Trainer};
+use tinynn_train::{LoraConfig, Targets, Trainer};
 
 use crate::model::Model;
 use crate::train_data::{self, Tokenization};
@@ -72,17 +72,7 @@ pub fn run(args: &FinetuneArgs) -> Result<()> {
     } else {
         None
     };
-    let cfg = TrainConfig {
-        seq: la.seq,
-        batch: la.batch,
-        accum: la.accum,
-        optimizer: la.optimizer(),
-        clip: la.clip,
-        threads: la.threads(),
-        bf16_matmul: la.bf16,
-        lora,
-        ..TrainConfig::default()
-    };
+    let cfg = la.train_config(lora);
     let mut trainer =
         Trainer::new(model.source(), cfg).with_context(|| format!("loading {}", path.display()))?;
     let source = train_data::open(
@@ -95,26 +85,16 @@ pub fn run(args: &FinetuneArgs) -> Result<()> {
         },
     )?;
     let mut batcher = la.batcher(source)?;
-    let run = json!({
+    let run = la.identity(json!({
         "kind": "finetune",
         "model": path.display().to_string(),
-        "data": la.data.display().to_string(),
-        "seq": la.seq,
-        "batch": la.batch,
-        "bf16": la.bf16,
-        "accum": la.accum,
-        "seed": la.seed,
-        "eval_frac": la.eval_frac,
-        "shuffle": !la.no_shuffle,
-        "weight_decay": la.weight_decay,
-        "clip": la.clip,
         "lora": lora.map(|l| json!({
             "rank": l.rank,
             "alpha": l.alpha,
             "dropout": l.dropout,
             "targets": l.targets.to_list(),
         })),
-    });
+    }));
     let output = if args.lora {
         Output::Adapter { merge: args.merge }
     } else {

@@ -17,7 +17,7 @@ use tinynn_format::gguf::{GgufFile, GgufString, Value};
 use tinynn_format::model_config::{Architecture, ModelConfig, RopeScaling};
 use tinynn_models::tokenizer::Tokenizer;
 use tinynn_models::vocab::Vocab;
-use tinynn_train::{TrainConfig, TrainSource, Trainer};
+use tinynn_train::{TrainSource, Trainer};
 
 use crate::train_data::{self, Tokenization};
 use crate::train_loop::{self, LoopArgs, Output};
@@ -197,16 +197,7 @@ pub fn run(args: &TrainArgs) -> Result<()> {
     } else {
         None
     };
-    let cfg = TrainConfig {
-        seq: la.seq,
-        batch: la.batch,
-        accum: la.accum,
-        optimizer: la.optimizer(),
-        clip: la.clip,
-        threads: la.threads(),
-        bf16_matmul: la.bf16,
-        ..TrainConfig::default()
-    };
+    let cfg = la.train_config(None);
     let meta = metadata(&config, &tok_file);
     let mut trainer = Trainer::new(
         TrainSource::Random {
@@ -226,20 +217,10 @@ pub fn run(args: &TrainArgs) -> Result<()> {
         },
     )?;
     let mut batcher = la.batcher(source)?;
-    let run = json!({
+    let run = la.identity(json!({
         "kind": "train",
         "config": serde_json::from_str::<serde_json::Value>(&text)?,
         "tokenizer": tok_path.display().to_string(),
-        "data": la.data.display().to_string(),
-        "seq": la.seq,
-        "batch": la.batch,
-        "bf16": la.bf16,
-        "accum": la.accum,
-        "seed": la.seed,
-        "eval_frac": la.eval_frac,
-        "shuffle": !la.no_shuffle,
-        "weight_decay": la.weight_decay,
-        "clip": la.clip,
-    });
+    }));
     train_loop::train(&mut trainer, &mut batcher, la, Output::Model, run)
 }

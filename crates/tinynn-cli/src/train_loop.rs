@@ -17,7 +17,7 @@ use tinynn_train::data::{BatchConfig, Batcher, EvalSplit, Sequences};
 use tinynn_train::metrics::{self, MetricsLog, StepMetrics};
 use tinynn_train::rng::Rng;
 use tinynn_train::schedule::Schedule;
-use tinynn_train::{NamedTensor, Optimizer, OptimizerState, Trainer};
+use tinynn_train::{NamedTensor, Optimizer, OptimizerState, TrainConfig, Trainer};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum ScheduleKind {
@@ -111,6 +111,42 @@ pub struct LoopArgs {
 }
 
 impl LoopArgs {
+    /// The trainer settings these flags give (`lora`: an adapter instead of every weight).
+    pub fn train_config(&self, lora: Option<tinynn_train::LoraConfig>) -> TrainConfig {
+        TrainConfig {
+            seq: self.seq,
+            batch: self.batch,
+            accum: self.accum,
+            optimizer: self.optimizer(),
+            clip: self.clip,
+            threads: self.threads(),
+            bf16_matmul: self.bf16,
+            lora,
+            ..TrainConfig::default()
+        }
+    }
+
+    /// The run's identity for `--resume` (a checkpoint must come from the same): these flags'
+    /// settings plus the command's own `extra` keys.
+    pub fn identity(&self, extra: serde_json::Value) -> serde_json::Value {
+        let mut run = serde_json::json!({
+            "data": self.data.display().to_string(),
+            "seq": self.seq,
+            "batch": self.batch,
+            "bf16": self.bf16,
+            "accum": self.accum,
+            "seed": self.seed,
+            "eval_frac": self.eval_frac,
+            "shuffle": !self.no_shuffle,
+            "weight_decay": self.weight_decay,
+            "clip": self.clip,
+        });
+        if let (Some(run), serde_json::Value::Object(extra)) = (run.as_object_mut(), extra) {
+            run.extend(extra);
+        }
+        run
+    }
+
     pub fn threads(&self) -> usize {
         self.threads
             .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
