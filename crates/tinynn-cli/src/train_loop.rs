@@ -248,6 +248,20 @@ pub fn train(
         let _ = ctrlc::set_handler(move || stop.store(true, Ordering::SeqCst));
     }
     let s = batcher.stats();
+    let m = trainer.memory();
+    let mib = |b: usize| b as f64 / (1024.0 * 1024.0);
+    eprintln!(
+        "memory: {:.0} MiB planned (arenas: grad {:.0}, eval {:.0}, update {:.0}; parameters {:.0}, gradients {:.0}, optimizer {:.0}, frozen base {:.0} + packed {:.0})",
+        mib(m.total()),
+        mib(m.grad_arena),
+        mib(m.eval_arena),
+        mib(m.update_arena),
+        mib(m.params),
+        mib(m.grads),
+        mib(m.optimizer),
+        mib(m.frozen),
+        mib(m.packed),
+    );
     eprintln!(
         "data: {} sequences of {} tokens ({} train, {} held out; {} tokens, {} truncated, {} skipped); {} trainable values",
         s.sequences,

@@ -84,6 +84,14 @@ pub enum Op {
     Binary(Binary),
     /// `x * s`.
     Scale(f32),
+    /// Inverted dropout: `src0 · keep / (1 − p)`, where element `i` (the output's flat index)
+    /// is kept unless [`dropout_drops`]`(seed, salt, i, p)`, seed = src1 (I32 `[2]`, low word
+    /// first). The mask is a pure function of its arguments: nothing is stored, and the
+    /// gradient is the same op on `dy`.
+    Dropout {
+        p: f32,
+        salt: u32,
+    },
     /// `silu(src0) * src1`.
     SwiGlu,
     /// `gelu(src0) * src1` (tanh approximation).
@@ -179,7 +187,8 @@ pub enum Op {
         dilation: [usize; 2],
     },
     /// Mean over tokens of `-log softmax(src0 [V, n])[label]` for I32 labels src1 `[n]`;
-    /// negative labels are masked out. `[1]`.
+    /// negative labels are masked out. `[1]`. With an F32 `[1]` src2, the sum is divided by
+    /// src2's value instead of the count of scored tokens (one chunk of a larger batch's mean).
     CrossEntropyLoss,
     /// One AdamW step, in place: src0 parameter, src1 gradient, src2/src3 first and second
     /// moments (all F32, same shape), src4 F32 `[7]` hyperparameters
@@ -236,7 +245,8 @@ pub enum Op {
     /// contributions are added in index order.
     GetRowsBack,
     /// Gradient of the mean cross-entropy for src0 logits `[V, n]`, src1 labels, src2 the
-    /// loss gradient `[1]`: `dl · (softmax(row) − onehot(label)) / count`.
+    /// loss gradient `[1]`: `dl · (softmax(row) − onehot(label)) / count` (`/ src3` when the
+    /// loss had a divisor src3).
     CrossEntropyLossBack,
     /// `Wᵀ · dy`: src0 W `[K, N, b2, b3]` (any weight format, dequantized on the fly), src1 dy
     /// `[N, M, c2, c3]` F32 → `[K, M, c2, c3]` (the gradient of `MulMat` for its activations).
@@ -286,6 +296,7 @@ impl Op {
             Op::Cpy => "cpy",
             Op::Cont => "cont",
             Op::SetRows => "set_rows",
+            Op::Dropout { .. } => "dropout",
             Op::Concat { .. } => "concat",
             Op::Sum => "sum",
             Op::SumRows => "sum_rows",
@@ -331,4 +342,33 @@ impl Op {
             Op::Unary(_) | Op::Binary(_) | Op::Scale(_) | Op::SwiGlu | Op::UnaryBack(_)
         )
     }
+}
+
+/// Whether dropout with probability `p` drops element `i` of the site `salt` under `seed`:
+/// `dropout_bits(seed, salt, i) < dropout_threshold(p)`.
+pub fn dropout_drops(seed: u64, salt: u32, i: u64, p: f32) -> bool {
+    dropout_bits(seed, salt, i) < dropout_threshold(p)
+}
+
+/// The first of the two constants [`dropout_bits`] mixes its inputs with (seed + salt·A + i·B).
+pub const DROPOUT_SALT_MUL: u64 = 0x9E37_79B9_7F4A_7C15;
+/// The second (see [`DROPOUT_SALT_MUL`]).
+pub const DROPOUT_INDEX_MUL: u64 = 0xD1B5_4A32_D192_ED03;
+
+/// 24 uniform bits for element `i` of dropout site `salt` under `seed`: a counter-based hash
+/// (SplitMix64's finalizer) of the three, so any thread computes any element's mask, forward
+/// and backward alike.
+pub fn dropout_bits(seed: u64, salt: u32, i: u64) -> u64 {
+    let mut z = seed
+        .wrapping_add(u64::from(salt).wrapping_mul(DROPOUT_SALT_MUL))
+        .wrapping_add(i.wrapping_mul(DROPOUT_INDEX_MUL));
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    (z ^ (z >> 31)) >> 40
+}
+
+/// Elements whose [`dropout_bits`] are below this are dropped: `ceil(p · 2^24)`, so the
+/// probability is `p` rounded up to a multiple of 2^-24.
+pub fn dropout_threshold(p: f32) -> u64 {
+    (f64::from(p) * 16_777_216.0).ceil() as u64
 }

@@ -398,6 +398,49 @@ impl Plan {
         &self.graph.node(t).name
     }
 
+    /// The step at which the most arena bytes are live, and those bytes grouped by the op
+    /// that made each buffer (work buffers as `<op> work`), largest group first: what to
+    /// shrink to lower the arena.
+    pub fn peak_report(&self) -> String {
+        let mut live = vec![0usize; self.steps.len() + 1];
+        for b in &self.buffers {
+            for l in &mut live[b.first..=b.last.min(self.steps.len())] {
+                *l += b.bytes;
+            }
+        }
+        let Some((peak, &bytes)) = live.iter().enumerate().max_by_key(|(_, &b)| b) else {
+            return String::from("no steps\n");
+        };
+        let mut groups: Vec<(String, usize, usize)> = Vec::new();
+        for b in self
+            .buffers
+            .iter()
+            .filter(|b| b.first <= peak && peak <= b.last)
+        {
+            let op = self.graph.node(b.tensor).op.name();
+            let key = if b.is_work {
+                format!("{op} work")
+            } else {
+                op.to_string()
+            };
+            match groups.iter_mut().find(|g| g.0 == key) {
+                Some(g) => {
+                    g.1 += 1;
+                    g.2 += b.bytes;
+                }
+                None => groups.push((key, 1, b.bytes)),
+            }
+        }
+        groups.sort_by_key(|g| std::cmp::Reverse(g.2));
+        let mut s = String::new();
+        let at = self.steps.get(peak).map_or("end", |st| self.name(st.node));
+        let _ = writeln!(s, "peak: {bytes} live bytes at step {peak} ({at})");
+        for (op, n, b) in groups {
+            let _ = writeln!(s, "{b:>12}  {n:>5} x {op}");
+        }
+        s
+    }
+
     /// The arena layout, one buffer per line, for people (`tnn plan`).
     pub fn layout_report(&self) -> String {
         let mut s = String::new();

@@ -164,7 +164,9 @@ impl Job<'_> {
                 None => (std::ptr::null_mut(), 0),
             };
             let packed = match (node.op, node.src.first()) {
-                (tinynn_core::ops::Op::MulMat, Some(&w)) if !self.strict => {
+                (tinynn_core::ops::Op::MulMat | tinynn_core::ops::Op::MulMatT, Some(&w))
+                    if !self.strict =>
+                {
                     match self.plan.location(w).map(|l| l.region) {
                         Some(Region::Weight(i)) => self.packed[i as usize].as_deref(),
                         Some(Region::Persistent(i)) => {
@@ -251,6 +253,15 @@ impl Executor {
             self.arena = AlignedBuf::zeroed(plan.arena_bytes());
         }
         mem.check_bound(plan)?;
+        if self.strict {
+            // Strict products read the bytes, never a packed copy.
+            if let Some(i) = mem.packed_only.iter().position(|&p| p) {
+                return Err(MemoryError::PackedOnly(
+                    plan.graph().node(plan.persistents()[i]).name.clone(),
+                )
+                .into());
+            }
+        }
         let span_slots = 2 * plan.steps().len() * self.pool.n_threads();
         if let Some(spans) = self.spans.as_mut().filter(|s| s.len() != span_slots) {
             *spans = (0..span_slots).map(|_| AtomicU64::new(0)).collect();

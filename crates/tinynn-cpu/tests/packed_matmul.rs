@@ -260,3 +260,82 @@ fn a_packed_copy_of_another_shape_is_refused() {
     let e = mem.bind_packed(&plan, wt, Arc::new(p)).unwrap_err();
     assert!(e.to_string().contains("does not match"), "{e}");
 }
+
+/// `unpack_row` gives back the exact bytes every row was packed from (a packed copy stands in
+/// for the file's bytes: QLoRA's frozen base keeps only it), for row counts that leave a
+/// partial group.
+#[test]
+fn unpacking_gives_back_the_file_bytes() {
+    for ty in FORMATS {
+        for (k, n) in [(32, 1), (64, 17), (96, 40)] {
+            let bytes = quantized(ty, k, n, 7 + n as u64);
+            let p = packed::pack_always(ty, [k, n, 1, 1], &bytes).unwrap();
+            let rb = p.row_bytes();
+            assert_eq!(rb * n, bytes.len(), "{ty}");
+            let mut row = vec![0u8; rb];
+            for r in 0..n {
+                p.unpack_row(r, &mut row);
+                assert_eq!(row, bytes[r * rb..][..rb], "{ty} {k}x{n} row {r}");
+            }
+        }
+    }
+}
+
+/// A frozen persistent weight read only by products (`mul_mat`, `mul_mat_t`) can drop its
+/// bytes for its packed copy, and both products give the same numbers as before; a weight an
+/// embedding lookup reads keeps its bytes; a strict executor refuses a memory without them.
+#[test]
+fn a_packed_copy_can_stand_in_for_dropped_bytes() {
+    if !packed::available() {
+        return;
+    }
+    let (k, n, m) = (64, 40, 5);
+    let w = quantized(GgmlType::Q4_1, k, n, 21);
+    let build = |lookup: bool| {
+        let mut g = Graph::new();
+        let wt = g.persistent("w", GgmlType::Q4_1, &[k, n]).unwrap();
+        let x = g.input("x", GgmlType::F32, &[k, m]).unwrap();
+        let dy = g.input("dy", GgmlType::F32, &[n, m]).unwrap();
+        let y = g.mul_mat(wt, x).unwrap(); // [n, m]
+        let dx = g.mul_mat_t(wt, dy).unwrap(); // [k, m]
+        let out = g.concat(y, dx, 0).unwrap();
+        if lookup {
+            let ids = g.input("ids", GgmlType::I32, &[2]).unwrap();
+            let rows = g.get_rows(wt, ids).unwrap(); // [k, 2]
+            g.set_output(rows).unwrap();
+        }
+        g.set_output(out).unwrap();
+        (Plan::compile(g), wt, x, dy, out)
+    };
+    let (plan, wt, x, dy, out) = build(false);
+    let run = |mem: &mut Memory<'_>, strict: bool| {
+        mem.write_f32(&plan, x, &noise(k * m, 3)).unwrap();
+        mem.write_f32(&plan, dy, &noise(n * m, 4)).unwrap();
+        let opts = tinynn_cpu::ExecOptions {
+            threads: 2,
+            strict,
+            ..Default::default()
+        };
+        let mut exec = Executor::with_options(&plan, opts);
+        exec.run(&plan, mem)
+            .map(|()| exec.read_f32(&plan, mem, out).unwrap())
+    };
+    let p = Arc::new(packed::pack(GgmlType::Q4_1, [k, n, 1, 1], &w).unwrap());
+    let mut kept = Memory::new(&plan);
+    kept.persistent_mut(&plan, wt).unwrap().copy_from_slice(&w);
+    kept.bind_packed(&plan, wt, p.clone()).unwrap();
+    let want = run(&mut kept, false).unwrap();
+    let mut dropped = Memory::new(&plan);
+    dropped.bind_packed(&plan, wt, p.clone()).unwrap();
+    assert!(dropped.drop_packed_source(&plan, wt).unwrap());
+    assert!(dropped.persistent(&plan, wt).unwrap().is_empty());
+    assert_eq!(run(&mut dropped, false).unwrap(), want);
+    let e = run(&mut dropped, true).unwrap_err();
+    assert!(e.to_string().contains("packed copy"), "{e}");
+
+    let (plan, wt, ..) = build(true);
+    let mut mem = Memory::new(&plan);
+    mem.bind_packed(&plan, wt, p).unwrap();
+    assert!(!mem.drop_packed_source(&plan, wt).unwrap());
+    assert_eq!(mem.persistent(&plan, wt).unwrap().len(), w.len());
+}

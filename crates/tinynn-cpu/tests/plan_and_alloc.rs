@@ -45,6 +45,26 @@ fn chains_share_the_arena_and_run_in_place() {
     }
 }
 
+/// The peak report names the step where the most arena bytes are live and what they are.
+#[test]
+fn peak_report_shows_what_is_live_at_the_peak() {
+    let mut g = Graph::new();
+    let x = g.input("x", F32, &[1000]).unwrap();
+    let a = g.scale(x, 2.0).unwrap(); // 4000 bytes, live until the mul
+    let b = g.silu(x).unwrap(); // 4000 more, live until the mul
+    let c = g.mul(a, b).unwrap(); // in place of a: no new bytes
+    let d = g.sum(c).unwrap();
+    g.set_output(d).unwrap();
+    let plan = Plan::compile(g);
+    let report = plan.peak_report();
+    assert!(
+        report.starts_with("peak: 8000 live bytes at step 2 (mul#"),
+        "{report}"
+    );
+    assert!(report.contains("4000      1 x silu"), "{report}");
+    assert!(report.contains("4000      1 x scale"), "{report}");
+}
+
 #[test]
 fn buffers_with_overlapping_lives_never_share_bytes() {
     // A diamond: both branches live at once, so they must not overlap.

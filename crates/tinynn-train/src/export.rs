@@ -97,7 +97,7 @@ impl Trainer {
                 continue;
             };
             let mut w = vec![0f32; f.dims.iter().product()];
-            dequantize_row(f.dtype, bytes, &mut w).map_err(|e| TrainError::Dequantize {
+            dequantize_row(f.dtype, &bytes, &mut w).map_err(|e| TrainError::Dequantize {
                 name: f.name.clone(),
                 message: e.to_string(),
             })?;

@@ -39,4 +39,4 @@ pub use lora::{LoraConfig, Targets};
 pub use optim::Optimizer;
 pub use params::NamedTensor;
 pub use source::TrainSource;
-pub use trainer::{FrozenSpec, OptimizerState, StepReport, TrainConfig, Trainer};
+pub use trainer::{FrozenSpec, OptimizerState, StepReport, TrainConfig, TrainMemory, Trainer};

@@ -40,13 +40,52 @@ pub struct TrainForward {
     pub mask: TensorId,
     /// F32 `[n_dims/2]` RoPE frequency divisors (Llama 3 scaling), written once.
     pub freqs: Option<TensorId>,
-    /// F32 `[n_vocab, batch·seq]`.
-    pub logits: TensorId,
+    /// F32 `[1]`: how many positions are scored (labels in `0..n_vocab`), written with the
+    /// labels (see [`scored`]); the loss of each chunk of the head is divided by it.
+    pub loss_norm: TensorId,
     /// F32 `[1]`: mean cross-entropy over the scored positions.
     pub loss: TensorId,
-    /// F32 dropout masks of the LoRA branches (`[in, batch·seq]` each, one per adapted
-    /// projection), written before every run; empty without dropout.
-    pub dropout_masks: Vec<TensorId>,
+    /// With [`HeadBackward`]: the head's part of the backward, done chunk by chunk.
+    pub head_grads: Option<HeadGrads>,
+    /// I32 `[2]`: the seed of the LoRA branches' dropout masks (`Graph::dropout`, one salt
+    /// per adapted projection), written before every run; `None` without dropout.
+    pub dropout_seed: Option<TensorId>,
+}
+
+/// Tokens per chunk of the output head: logits are made, scored and differentiated
+/// `HEAD_CHUNK` tokens at a time, so only one chunk's `[n_vocab, HEAD_CHUNK]` logits and their
+/// gradient are ever live (SmolLM2, 1024 tokens: 2 × 25 MB instead of 2 × 201 MB).
+pub const HEAD_CHUNK: usize = 128;
+
+/// Ask [`build_forward`] to differentiate the head as it goes (the grad pass).
+#[derive(Clone, Copy, Debug)]
+pub struct HeadBackward<'a> {
+    /// The loss gradient (`1/accum`).
+    pub seed: f32,
+    /// The trainable tensors: when the head weight is one of them its gradient is made too.
+    pub params: &'a [TensorId],
+}
+
+/// The head's gradients: the rest of the backward starts from them
+/// (`Graph::backward_from`).
+#[derive(Clone, Copy, Debug)]
+pub struct HeadGrads {
+    /// F32 `[n_embd, batch·seq]`: the normalized hidden states the head reads.
+    pub hidden: TensorId,
+    /// Their gradient.
+    pub d_hidden: TensorId,
+    /// The head weight (the embedding table when tied).
+    pub head: TensorId,
+    /// Its gradient from the head, when it is trainable.
+    pub d_head: Option<TensorId>,
+}
+
+/// How many labels are scored (`0 ≤ label < n_vocab`): `TrainForward::loss_norm`'s value.
+pub fn scored(labels: &[i32], n_vocab: usize) -> f32 {
+    labels
+        .iter()
+        .filter(|&&l| l >= 0 && (l as usize) < n_vocab)
+        .count() as f32
 }
 
 /// The LoRA branches of a forward pass: every projection whose `<w>.lora_a` / `<w>.lora_b` are
@@ -55,14 +94,17 @@ pub struct TrainForward {
 pub struct LoraGraph {
     /// `alpha / rank`.
     pub scale: f32,
-    /// Multiply each branch's input by a per-run mask (training with dropout).
-    pub dropout: bool,
+    /// Dropout probability on each branch's input (training); 0: none.
+    pub dropout: f32,
 }
 
 /// What the projections of one forward pass add (LoRA branches) and collect (their masks).
 struct Adapters {
     lora: Option<LoraGraph>,
-    masks: Vec<TensorId>,
+    /// The dropout seed input, made with the first branch that needs it.
+    seed: Option<TensorId>,
+    /// Dropout sites so far (each one's salt).
+    sites: u32,
 }
 
 /// Looks parameters up by GGUF name.
@@ -129,11 +171,15 @@ fn project(
         return Ok(y);
     };
     let b = p.need(&format!("{w}.lora_b"))?;
-    let xin = if lora.dropout {
-        let ne = g.layout(x).ne;
-        let mask = g.input(&format!("dropout.{w}"), GgmlType::F32, &ne[..2])?;
-        ad.masks.push(mask);
-        g.mul(x, mask)?
+    let xin = if lora.dropout > 0.0 {
+        let seed = match ad.seed {
+            Some(s) => s,
+            None => *ad
+                .seed
+                .insert(g.input("dropout_seed", GgmlType::I32, &[2])?),
+        };
+        ad.sites += 1;
+        g.dropout(x, seed, lora.dropout, ad.sites)?
     } else {
         x
     };
@@ -161,17 +207,21 @@ fn linear(
 
 /// Builds the forward pass and the loss into `g` over the tensors in `p` (created by the
 /// caller as persistent leaves with GGUF names and dims: F32 parameters, and frozen base
-/// tensors of any type), with the LoRA branches `lora` describes.
+/// tensors of any type), with the LoRA branches `lora` describes. With `head_backward`, the
+/// head's gradients are built chunk by chunk right after each chunk's loss
+/// ([`TrainForward::head_grads`]).
 pub fn build_forward(
     g: &mut Graph,
     hp: &LlamaHparams,
     p: &ParamTable<'_>,
     shape: BatchShape,
     lora: Option<LoraGraph>,
+    head_backward: Option<HeadBackward<'_>>,
 ) -> Result<TrainForward> {
     let mut ad = Adapters {
         lora,
-        masks: Vec::new(),
+        seed: None,
+        sites: 0,
     };
     const I32: GgmlType = GgmlType::I32;
     let (hd, nh, nkv) = (hp.head_dim, hp.n_head, hp.n_head_kv);
@@ -181,6 +231,7 @@ pub fn build_forward(
     }
     let tokens = g.input("tokens", I32, &[n])?;
     let labels = g.input("labels", I32, &[n])?;
+    let loss_norm = g.input("loss_norm", GgmlType::F32, &[1])?;
     let pos = g.input("pos", I32, &[n])?;
     let mask = g.input("mask", GgmlType::F32, &[s, s])?;
     let freqs = match &hp.freq_factors {
@@ -266,19 +317,52 @@ pub fn build_forward(
     let h = norm(g, x, p.need("output_norm.weight")?, hp.norm_eps)?;
     // Tied embeddings: the head is the embedding table, which then gets both gradients.
     let head = p.get("output.weight").unwrap_or(tok_embd);
-    let logits = g.mul_mat(head, h)?; // [n_vocab, n]
-    g.set_name(logits, "logits")?;
-    let loss = g.cross_entropy_loss(logits, labels)?;
+    let e = g.layout(h).ne[0];
+    let head_trainable = head_backward.is_some_and(|b| b.params.contains(&head));
+    let (mut loss, mut d_hidden, mut d_head) = (None, None, None);
+    for c0 in (0..n).step_by(HEAD_CHUNK) {
+        let len = HEAD_CHUNK.min(n - c0);
+        let hc = g.view(h, &[e, len], &[e * 4], c0 * e * 4)?; // [e, len]
+        let lc = g.view(labels, &[len], &[], c0 * 4)?;
+        let logits = g.mul_mat(head, hc)?; // [n_vocab, len]
+        let lossc = g.cross_entropy_loss_normalized(logits, lc, loss_norm)?;
+        loss = Some(match loss {
+            Some(l) => g.add(l, lossc)?,
+            None => lossc,
+        });
+        let Some(hb) = head_backward else { continue };
+        let wrt: &[TensorId] = if head_trainable { &[hc, head] } else { &[hc] };
+        let grads = g.backward_to(lossc, wrt, hb.seed)?;
+        let dhc = grads[0].ok_or_else(|| TrainError::Invalid("the head does not read h".into()))?;
+        d_hidden = Some(match d_hidden {
+            Some(d) => g.concat(d, dhc, 1)?,
+            None => dhc,
+        });
+        if let Some(dw) = grads.get(1).copied().flatten() {
+            d_head = Some(match d_head {
+                Some(d) => g.add(d, dw)?,
+                None => dw,
+            });
+        }
+    }
+    let loss = loss.ok_or_else(|| TrainError::Invalid("the batch holds no tokens".into()))?;
     g.set_name(loss, "loss")?;
     g.set_output(loss)?;
+    let head_grads = d_hidden.map(|d_hidden| HeadGrads {
+        hidden: h,
+        d_hidden,
+        head,
+        d_head,
+    });
     Ok(TrainForward {
         tokens,
         labels,
         pos,
         mask,
         freqs,
-        logits,
+        loss_norm,
         loss,
-        dropout_masks: ad.masks,
+        head_grads,
+        dropout_seed: ad.seed,
     })
 }

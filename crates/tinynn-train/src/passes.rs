@@ -20,7 +20,8 @@ use tinynn_models::llama::LlamaHparams;
 
 use crate::error::Result;
 use crate::model::{
-    build_forward, causal_mask, positions, BatchShape, LoraGraph, ParamTable, TrainForward,
+    build_forward, causal_mask, positions, scored, BatchShape, HeadBackward, LoraGraph, ParamTable,
+    TrainForward,
 };
 use crate::optim::Optimizer;
 use crate::params::ParamSpec;
@@ -120,9 +121,21 @@ pub(crate) fn grad_pass(
         names: &names,
         ids: &all,
     };
-    let fwd = build_forward(&mut g, hp, &table, shape, lora)?;
-    // The mean over k micro-batches: each adds 1/k of its gradient.
-    let grads = g.backward_with(fwd.loss, &params, 1.0 / accum as f32, None)?;
+    // The mean over k micro-batches: each adds 1/k of its gradient. The head's part of the
+    // backward is built with the forward, one chunk of tokens at a time.
+    let head = HeadBackward {
+        seed: 1.0 / accum as f32,
+        params: &params,
+    };
+    let fwd = build_forward(&mut g, hp, &table, shape, lora, Some(head))?;
+    let hg = fwd
+        .head_grads
+        .ok_or_else(|| crate::TrainError::Invalid("the head has no gradient".into()))?;
+    let mut seeds = vec![(hg.hidden, hg.d_hidden)];
+    if let Some(d) = hg.d_head {
+        seeds.push((hg.head, d));
+    }
+    let grads = g.backward_from(&seeds, &params)?;
     let mut buffers = Vec::with_capacity(params.len());
     let mut grad_sq: Option<TensorId> = None;
     for (s, &gr) in specs.iter().zip(&grads) {
@@ -146,9 +159,7 @@ pub(crate) fn grad_pass(
     let plan = Plan::compile(g);
     let mut mem = Memory::new(&plan);
     write_constants(&plan, &mut mem, &fwd, hp, shape)?;
-    for (f, &t) in frozen.iter().zip(&frozen_ids) {
-        mem.persistent_mut(&plan, t)?.copy_from_slice(&f.bytes);
-    }
+    // The frozen bytes are the caller's to write: a packed copy may replace them.
     Ok(GradPass {
         plan,
         mem,
@@ -203,11 +214,8 @@ pub(crate) fn eval_pass(
         names: &names,
         ids: &all,
     };
-    let lora = lora.map(|l| LoraGraph {
-        dropout: false,
-        ..l
-    });
-    let fwd = build_forward(&mut g, hp, &table, shape, lora)?;
+    let lora = lora.map(|l| LoraGraph { dropout: 0.0, ..l });
+    let fwd = build_forward(&mut g, hp, &table, shape, lora, None)?;
     let plan = Plan::compile(g);
     let mut mem = Memory::new_sharing(&plan, &all);
     write_constants(&plan, &mut mem, &fwd, hp, shape)?;
@@ -218,6 +226,19 @@ pub(crate) fn eval_pass(
         params,
         frozen: frozen_ids,
     })
+}
+
+/// Writes a batch's labels and their scored count (`TrainForward::loss_norm`).
+pub(crate) fn write_labels(
+    plan: &Plan,
+    mem: &mut Memory<'_>,
+    fwd: &TrainForward,
+    labels: &[i32],
+    n_vocab: usize,
+) -> Result<()> {
+    mem.write_i32(plan, fwd.labels, labels)?;
+    mem.write_f32(plan, fwd.loss_norm, &[scored(labels, n_vocab)])?;
+    Ok(())
 }
 
 /// Moves the buffers of `from_ids` (in `from`) and `to_ids` (in `to`) into each other's

@@ -34,7 +34,16 @@ pub(crate) struct Frozen {
     pub name: String,
     pub dtype: GgmlType,
     pub dims: Vec<usize>,
-    pub bytes: Vec<u8>,
+    /// The file's bytes; an `AlignedBuf` (a map when large) so that they go back to the
+    /// system when dropped after packing, instead of staying in the heap.
+    pub bytes: tinynn_cpu::AlignedBuf,
+}
+
+/// A copy of `b` in an [`tinynn_cpu::AlignedBuf`].
+fn copy_of(b: &[u8]) -> tinynn_cpu::AlignedBuf {
+    let mut out = tinynn_cpu::AlignedBuf::zeroed(b.len());
+    out.as_bytes_mut().copy_from_slice(b);
+    out
 }
 
 /// A resolved source.
@@ -67,7 +76,7 @@ pub(crate) fn resolve(source: TrainSource<'_>, lora: Option<&LoraConfig>) -> Res
                 name: t.name,
                 dtype: GgmlType::F32,
                 dims: t.dims,
-                bytes: bytemuck::cast_slice(&t.data).to_vec(),
+                bytes: copy_of(bytemuck::cast_slice(&t.data)),
             })
             .collect();
     }
@@ -114,7 +123,7 @@ fn load_frozen(src: &WeightSource<'_>, specs: &[ParamSpec]) -> Result<Vec<Frozen
                     ),
                 });
             }
-            let bytes = w.data.to_vec();
+            let bytes = copy_of(w.data);
             // The copy serves from now on; the file's pages can go.
             src.release(w.data);
             Ok(Frozen {

@@ -15,7 +15,9 @@ use crate::lora::LoraConfig;
 use crate::model::{BatchShape, LoraGraph};
 use crate::optim::Optimizer;
 use crate::params::{NamedTensor, ParamSpec};
-use crate::passes::{eval_pass, grad_pass, swap_all, update_pass, EvalPass, GradPass, UpdatePass};
+use crate::passes::{
+    eval_pass, grad_pass, swap_all, update_pass, write_labels, EvalPass, GradPass, UpdatePass,
+};
 use crate::rng::Rng;
 use crate::source::{resolve, TrainSource};
 
@@ -84,6 +86,40 @@ pub struct OptimizerState {
     pub tensors: Vec<NamedTensor>,
 }
 
+/// Bytes the trainer holds, by what they are for (`Trainer::memory`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TrainMemory {
+    /// The grad pass's arena: saved activations, the logits and every gradient in flight.
+    pub grad_arena: usize,
+    /// The update pass's arena (the clipped gradient of one tensor at a time).
+    pub update_arena: usize,
+    /// The eval pass's arena (forward only).
+    pub eval_arena: usize,
+    /// Trainable parameters (F32).
+    pub params: usize,
+    /// Gradient accumulation buffers (F32, one per parameter).
+    pub grads: usize,
+    /// Optimizer moments.
+    pub optimizer: usize,
+    /// The frozen base (LoRA): the file's bytes, of the tensors that keep them.
+    pub frozen: usize,
+    /// Interleaved copies of frozen tensors for the packed kernels.
+    pub packed: usize,
+}
+
+impl TrainMemory {
+    pub fn total(&self) -> usize {
+        self.grad_arena
+            + self.update_arena
+            + self.eval_arena
+            + self.params
+            + self.grads
+            + self.optimizer
+            + self.frozen
+            + self.packed
+    }
+}
+
 /// A frozen base tensor (LoRA): name, file type, dims.
 #[derive(Clone, Debug, PartialEq)]
 pub struct FrozenSpec {
@@ -150,7 +186,7 @@ impl Trainer {
         };
         let lora = cfg.lora.map(|l| LoraGraph {
             scale: l.scale(),
-            dropout: l.dropout > 0.0,
+            dropout: l.dropout,
         });
         let fz = &loaded.frozen;
         let grad = grad_pass(&loaded.hparams, &loaded.specs, fz, lora, shape, cfg.accum)?;
@@ -159,16 +195,34 @@ impl Trainer {
         let mut grad = grad;
         // A frozen base (QLoRA) keeps its file type; where the CPU has the packed kernels its
         // products read one interleaved copy, shared by both passes (never in strict mode).
-        if !cfg.strict {
-            for (i, f) in fz.iter().enumerate().filter(|(_, f)| f.dims.len() <= 2) {
+        for (i, f) in fz.iter().enumerate() {
+            let packed = if cfg.strict || f.dims.len() > 2 {
+                None
+            } else {
                 let ne = [f.dims[0], f.dims.get(1).copied().unwrap_or(1), 1, 1];
-                let Some(p) = tinynn_cpu::packed::pack(f.dtype, ne, &f.bytes) else {
-                    continue;
-                };
-                let p = std::sync::Arc::new(p);
+                tinynn_cpu::packed::pack(f.dtype, ne, f.bytes.as_bytes())
+            };
+            let Some(p) = packed else {
                 grad.mem
-                    .bind_packed(&grad.plan, grad.frozen[i], p.clone())?;
-                eval.mem.bind_packed(&eval.plan, eval.frozen[i], p)?;
+                    .persistent_mut(&grad.plan, grad.frozen[i])?
+                    .copy_from_slice(f.bytes.as_bytes());
+                continue;
+            };
+            let p = std::sync::Arc::new(p);
+            let (gt, et) = (grad.frozen[i], eval.frozen[i]);
+            grad.mem.bind_packed(&grad.plan, gt, p.clone())?;
+            eval.mem.bind_packed(&eval.plan, et, p)?;
+            // Products are all that read most base tensors: the packed copy stands in for the
+            // file's bytes, which are never written (one copy of the base in memory, not two).
+            if grad.mem.can_drop_packed_source(&grad.plan, gt)
+                && eval.mem.can_drop_packed_source(&eval.plan, et)
+            {
+                grad.mem.drop_packed_source(&grad.plan, gt)?;
+                eval.mem.drop_packed_source(&eval.plan, et)?;
+            } else {
+                grad.mem
+                    .persistent_mut(&grad.plan, gt)?
+                    .copy_from_slice(f.bytes.as_bytes());
             }
         }
         // The grad pass holds the frozen bytes now.
@@ -279,7 +333,7 @@ impl Trainer {
             self.draw_dropout()?;
             let g = &mut self.grad;
             g.mem.write_i32(&g.plan, g.fwd.tokens, ids)?;
-            g.mem.write_i32(&g.plan, g.fwd.labels, labels)?;
+            write_labels(&g.plan, &mut g.mem, &g.fwd, labels, self.hparams.n_vocab)?;
             if let Err(e) = self.exec.run(&g.plan, &mut g.mem) {
                 self.zero_grads()?;
                 return Err(e.into());
@@ -341,21 +395,13 @@ impl Trainer {
     /// Writes fresh dropout masks (keep with probability 1 − p, kept values scaled by
     /// 1/(1 − p)) into the grad pass, without allocating.
     fn draw_dropout(&mut self) -> Result<()> {
-        let Some(p) = self.cfg.lora.map(|l| l.dropout).filter(|&p| p > 0.0) else {
+        let g = &mut self.grad;
+        let Some(seed) = g.fwd.dropout_seed else {
             return Ok(());
         };
-        let keep = 1.0 / (1.0 - p);
-        let g = &mut self.grad;
-        for &m in &g.fwd.dropout_masks {
-            for v in g.mem.persistent_mut(&g.plan, m)?.chunks_exact_mut(4) {
-                let x = if self.dropout_rng.next_f32() < p {
-                    0.0f32
-                } else {
-                    keep
-                };
-                v.copy_from_slice(&x.to_le_bytes());
-            }
-        }
+        let s = self.dropout_rng.next_u64();
+        g.mem
+            .write_i32(&g.plan, seed, &[s as u32 as i32, (s >> 32) as u32 as i32])?;
         Ok(())
     }
 
@@ -380,7 +426,7 @@ impl Trainer {
     }
 
     /// The bytes of frozen base tensor `name` as the trainer holds them (its file type).
-    pub fn frozen_bytes(&self, name: &str) -> Result<&[u8]> {
+    pub fn frozen_bytes(&self, name: &str) -> Result<std::borrow::Cow<'_, [u8]>> {
         let i = self
             .frozen
             .iter()
@@ -389,8 +435,20 @@ impl Trainer {
                 name: name.into(),
                 message: "not a frozen base tensor".into(),
             })?;
-        let g = &self.grad;
-        Ok(g.mem.persistent(&g.plan, g.frozen[i])?)
+        let (g, t) = (&self.grad, self.grad.frozen[i]);
+        let bytes = g.mem.persistent(&g.plan, t)?;
+        match g.mem.packed_persistent(&g.plan, t) {
+            // It keeps only its packed copy (`Memory::drop_packed_source`): unpack the bytes.
+            Some(p) if bytes.len() != g.plan.graph().layout(t).contiguous_bytes() => {
+                let rb = p.row_bytes();
+                let mut out = vec![0u8; rb * p.shape()[1]];
+                for (n, row) in out.chunks_exact_mut(rb).enumerate() {
+                    p.unpack_row(n, row);
+                }
+                Ok(std::borrow::Cow::Owned(out))
+            }
+            _ => Ok(std::borrow::Cow::Borrowed(bytes)),
+        }
     }
 
     /// `general.architecture` of the model: the source file's, or the config's name.
@@ -431,7 +489,7 @@ impl Trainer {
         self.check_batch(ids, labels, 1)?;
         let (g, e) = (&mut self.grad, &mut self.eval);
         e.mem.write_i32(&e.plan, e.fwd.tokens, ids)?;
-        e.mem.write_i32(&e.plan, e.fwd.labels, labels)?;
+        write_labels(&e.plan, &mut e.mem, &e.fwd, labels, self.hparams.n_vocab)?;
         swap_all(
             &mut g.mem, &g.plan, &g.params, &mut e.mem, &e.plan, &e.params,
         )?;
@@ -456,7 +514,7 @@ impl Trainer {
         self.zero_grads()?;
         let g = &mut self.grad;
         g.mem.write_i32(&g.plan, g.fwd.tokens, ids)?;
-        g.mem.write_i32(&g.plan, g.fwd.labels, labels)?;
+        write_labels(&g.plan, &mut g.mem, &g.fwd, labels, self.hparams.n_vocab)?;
         let ran = self.exec.run(&g.plan, &mut g.mem);
         let out = ran.map_err(TrainError::from).and_then(|()| {
             let g = &self.grad;
@@ -559,6 +617,34 @@ impl Trainer {
         }
         self.step = state.step;
         Ok(())
+    }
+
+    /// What the trainer's buffers take, in bytes (arenas at their full planned size).
+    pub fn memory(&self) -> TrainMemory {
+        let bytes = |plan: &Plan, t: TensorId| plan.graph().layout(t).contiguous_bytes();
+        let g = &self.grad.plan;
+        TrainMemory {
+            grad_arena: g.arena_bytes(),
+            update_arena: self.update.plan.arena_bytes(),
+            eval_arena: self.eval.plan.arena_bytes(),
+            params: self.grad.params.iter().map(|&t| bytes(g, t)).sum(),
+            grads: self.grad.buffers.iter().map(|&t| bytes(g, t)).sum(),
+            optimizer: self
+                .update
+                .state
+                .iter()
+                .flatten()
+                .map(|&t| bytes(&self.update.plan, t))
+                .sum(),
+            // What is held: tensors that keep only their packed copy hold no bytes.
+            frozen: self
+                .grad
+                .frozen
+                .iter()
+                .map(|&t| self.grad.mem.persistent(g, t).map_or(0, <[u8]>::len))
+                .sum(),
+            packed: self.grad.mem.packed_persistent_bytes(),
+        }
     }
 
     /// The last grad pass's per-step timings as Chrome trace JSON (with `TrainConfig::trace`).

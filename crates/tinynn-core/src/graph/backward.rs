@@ -90,24 +90,101 @@ impl Graph {
         seed: f32,
         rule_override: Option<RuleOverride<'_>>,
     ) -> Result<Vec<TensorId>> {
+        self.check_loss(loss)?;
+        self.check_params(params, loss)?;
+        let seed = self.fill(&[1], seed)?;
+        let grads = self.propagate(&[(loss, seed)], params, rule_override)?;
+        self.fill_missing(params, grads)
+    }
+
+    /// Gradients of scalar `loss` (seeded with `seed`) for `wrt`, which may be any F32 tensors
+    /// (not only leaves): propagation stops at them, so what they depend on gets nothing. A
+    /// tensor of `wrt` the loss does not depend on gets `None`.
+    ///
+    /// Lets a builder take part of the backward early: e.g. the loss of one chunk of tokens,
+    /// differentiated for that chunk's hidden states right after it is computed, so its large
+    /// intermediates (logits) die before the next chunk's are made. The rest of the model then
+    /// starts from those gradients with [`Graph::backward_from`].
+    pub fn backward_to(
+        &mut self,
+        loss: TensorId,
+        wrt: &[TensorId],
+        seed: f32,
+    ) -> Result<Vec<Option<TensorId>>> {
+        self.check_loss(loss)?;
+        for &t in wrt {
+            self.check_id("backward", t)?;
+            if self.layout(t).dtype != GgmlType::F32 || t > loss {
+                return err(
+                    "backward",
+                    format!(
+                        "'{}' must be an F32 tensor created before the loss",
+                        self.node(t).name
+                    ),
+                );
+            }
+        }
+        let seed = self.fill(&[1], seed)?;
+        self.propagate(&[(loss, seed)], wrt, None)
+    }
+
+    /// The gradients of `params` (F32 leaves) given the gradients of some tensors, `seeds`
+    /// (tensor, its gradient), e.g. from [`Graph::backward_to`]: the backward of everything
+    /// before them. A seed on a parameter is its contribution from outside. A parameter that
+    /// gets nothing gets zeros.
+    pub fn backward_from(
+        &mut self,
+        seeds: &[(TensorId, TensorId)],
+        params: &[TensorId],
+    ) -> Result<Vec<TensorId>> {
         const OP: &str = "backward";
-        self.check_id(OP, loss)?;
+        let Some(last) = seeds.iter().map(|s| s.0).max() else {
+            return err(OP, "no seed gradients");
+        };
+        for &(t, d) in seeds {
+            self.check_id(OP, t)?;
+            self.check_id(OP, d)?;
+            let (lt, ld) = (self.layout(t), self.layout(d));
+            if lt.dtype != GgmlType::F32 || ld.dtype != GgmlType::F32 || lt.ne != ld.ne {
+                return err(
+                    OP,
+                    format!(
+                        "the gradient of '{}' must be F32 {:?}, got {} {:?}",
+                        self.node(t).name,
+                        lt.ne,
+                        ld.dtype,
+                        ld.ne
+                    ),
+                );
+            }
+        }
+        self.check_params(params, last)?;
+        let grads = self.propagate(seeds, params, None)?;
+        self.fill_missing(params, grads)
+    }
+
+    fn check_loss(&self, loss: TensorId) -> Result<()> {
+        self.check_id("backward", loss)?;
         let ll = *self.layout(loss);
         if ll.dtype != GgmlType::F32 || ll.n_elements() != 1 {
             return err(
-                OP,
+                "backward",
                 format!(
                     "the loss must be an F32 scalar, got {} {:?}",
                     ll.dtype, ll.ne
                 ),
             );
         }
+        Ok(())
+    }
+
+    fn check_params(&self, params: &[TensorId], before: TensorId) -> Result<()> {
         for &p in params {
-            self.check_id(OP, p)?;
+            self.check_id("backward", p)?;
             let n = self.node(p);
-            if n.op != Op::Leaf || n.layout.dtype != GgmlType::F32 || p > loss {
+            if n.op != Op::Leaf || n.layout.dtype != GgmlType::F32 || p > before {
                 return err(
-                    OP,
+                    "backward",
                     format!(
                         "parameter '{}' must be an F32 leaf created before the loss",
                         n.name
@@ -115,15 +192,52 @@ impl Graph {
                 );
             }
         }
-        let end = loss.index() + 1;
-        // Which tensors depend on a parameter through float values.
+        Ok(())
+    }
+
+    /// Zeros for the parameters that got no gradient.
+    fn fill_missing(
+        &mut self,
+        params: &[TensorId],
+        grads: Vec<Option<TensorId>>,
+    ) -> Result<Vec<TensorId>> {
+        params
+            .iter()
+            .zip(grads)
+            .map(|(&p, g)| match g {
+                Some(g) => Ok(g),
+                None => {
+                    let ne = self.layout(p).ne;
+                    self.fill(&ne, 0.0)
+                }
+            })
+            .collect()
+    }
+
+    /// Reverse-mode propagation from `seeds` down to the tensors of `wrt`, whose gradients it
+    /// returns (in order; `None` where nothing reached one). Rules are not applied at `wrt`
+    /// tensors, so propagation stops there.
+    fn propagate(
+        &mut self,
+        seeds: &[(TensorId, TensorId)],
+        wrt: &[TensorId],
+        rule_override: Option<RuleOverride<'_>>,
+    ) -> Result<Vec<Option<TensorId>>> {
+        const OP: &str = "backward";
+        let end = seeds.iter().map(|s| s.0.index() + 1).max().unwrap_or(0);
+        // Which tensors depend on a `wrt` tensor through float values.
         let mut requires = vec![false; end];
-        for &p in params {
-            requires[p.index()] = true;
+        let mut stop = vec![false; end];
+        for &t in wrt {
+            if t.index() < end {
+                requires[t.index()] = true;
+                stop[t.index()] = true;
+            }
         }
         for i in 0..end {
             let n = &self.nodes[i];
-            if n.op != Op::Leaf
+            if !requires[i]
+                && n.op != Op::Leaf
                 && n.layout.dtype == GgmlType::F32
                 && n.src.iter().any(|s| requires[s.index()])
             {
@@ -131,13 +245,18 @@ impl Graph {
             }
         }
         let mut grads: Vec<Option<TensorId>> = vec![None; end];
-        if requires[loss.index()] {
-            grads[loss.index()] = Some(self.fill(&[1], seed)?);
+        for &(t, d) in seeds {
+            if requires[t.index()] {
+                grads[t.index()] = Some(match grads[t.index()] {
+                    Some(prev) => self.add(prev, d)?,
+                    None => d,
+                });
+            }
         }
         for i in (0..end).rev() {
             let Some(dy) = grads[i] else { continue };
             let node: Node = self.nodes[i].clone();
-            if node.op == Op::Leaf {
+            if node.op == Op::Leaf || stop[i] {
                 continue;
             }
             let needs: Vec<bool> = node.src.iter().map(|s| requires[s.index()]).collect();
@@ -172,16 +291,10 @@ impl Graph {
                 });
             }
         }
-        params
+        Ok(wrt
             .iter()
-            .map(|&p| match grads[p.index()] {
-                Some(g) => Ok(g),
-                None => {
-                    let ne = self.layout(p).ne;
-                    self.fill(&ne, 0.0)
-                }
-            })
-            .collect()
+            .map(|t| grads.get(t.index()).copied().flatten())
+            .collect())
     }
 
     /// One AdamW state (persistent moments `m.<name>`, `v.<name>`) and update per parameter,

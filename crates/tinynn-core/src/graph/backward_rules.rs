@@ -125,6 +125,8 @@ impl Graph {
                 }
             }
             Op::Scale(s) => out[0] = Some(self.scale(dy, s)?),
+            // Diagonal and linear: the same mask scales the gradient.
+            Op::Dropout { p, salt } => out[0] = Some(self.dropout(dy, src[1], p, salt)?),
             Op::SwiGlu | Op::GeGlu => {
                 // y = act(g)·u: dg = dy·u·act'(g), du = dy·act(g)
                 let act = if node.op == Op::SwiGlu {
@@ -287,7 +289,12 @@ impl Graph {
             }
             Op::Repeat => out[0] = Some(self.unbroadcast(dy, src[0])?),
             Op::CrossEntropyLoss => {
-                out[0] = Some(self.cross_entropy_loss_back(src[0], src[1], dy)?);
+                out[0] = Some(match src.get(2) {
+                    Some(&norm) => {
+                        self.cross_entropy_loss_normalized_back(src[0], src[1], norm, dy)?
+                    }
+                    None => self.cross_entropy_loss_back(src[0], src[1], dy)?,
+                });
             }
             Op::SetRows => return no_rule(" (cache writes are not part of training graphs)"),
             Op::MulMatId | Op::AddId => return no_rule(" yet (mixture of experts)"),

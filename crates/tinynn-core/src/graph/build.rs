@@ -110,6 +110,30 @@ impl Graph {
         Ok(self.computed(Op::Scale(s), Layout::contiguous(F32, la.ne), vec![a]))
     }
 
+    /// Inverted dropout of `a` with probability `p` (in `[0, 1)`), the mask drawn from `seed`
+    /// (I32 `[2]`, written before each run) and `salt` (one per dropout site): see
+    /// [`Op::Dropout`].
+    pub fn dropout(&mut self, a: TensorId, seed: TensorId, p: f32, salt: u32) -> Result<TensorId> {
+        const OP: &str = "dropout";
+        let la = self.f32_operand(OP, a)?;
+        self.check_id(OP, seed)?;
+        let ls = *self.layout(seed);
+        if ls.dtype != GgmlType::I32 || ls.ne != [2, 1, 1, 1] {
+            return err(
+                OP,
+                format!("the seed must be I32 [2], got {} {:?}", ls.dtype, ls.ne),
+            );
+        }
+        if !(0.0..1.0).contains(&p) {
+            return err(OP, format!("the probability must be in [0, 1), got {p}"));
+        }
+        Ok(self.computed(
+            Op::Dropout { p, salt },
+            Layout::contiguous(F32, la.ne),
+            vec![a, seed],
+        ))
+    }
+
     /// `silu(gate) * up`, both the same shape.
     pub fn swiglu(&mut self, gate: TensorId, up: TensorId) -> Result<TensorId> {
         const OP: &str = "swiglu";

@@ -217,6 +217,24 @@ impl Graph {
         ))
     }
 
+    /// The gradient of [`Graph::cross_entropy_loss_normalized`]: divides by `norm[0]` instead
+    /// of the count of scored tokens.
+    pub fn cross_entropy_loss_normalized_back(
+        &mut self,
+        logits: TensorId,
+        labels: TensorId,
+        norm: TensorId,
+        dl: TensorId,
+    ) -> Result<TensorId> {
+        let ln = self.f32_operand("cross_entropy_loss_back", norm)?;
+        if ln.n_elements() != 1 || !ln.is_contiguous() {
+            return err("cross_entropy_loss_back", "the divisor must be F32 [1]");
+        }
+        let d = self.cross_entropy_loss_back(logits, labels, dl)?;
+        self.nodes[d.index()].src.push(norm);
+        Ok(d)
+    }
+
     /// `wᵀ · dy`: w `[K, N, b2, b3]` (any weight type, contiguous rows), dy `[N, M, c2, c3]` F32
     /// with `c2 % b2 == 0`, `c3 % b3 == 0` → F32 `[K, M, c2, c3]`.
     pub fn mul_mat_t(&mut self, w: TensorId, dy: TensorId) -> Result<TensorId> {

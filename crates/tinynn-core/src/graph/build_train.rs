@@ -38,6 +38,25 @@ impl Graph {
         ))
     }
 
+    /// `Σ -log softmax(logits)[label] / norm[0]` over the scored tokens (negative labels
+    /// masked out), `norm` F32 `[1]`: the share of one chunk of tokens in the mean over a
+    /// larger batch whose scored-token count is `norm` (so chunks add up to that mean).
+    pub fn cross_entropy_loss_normalized(
+        &mut self,
+        logits: TensorId,
+        labels: TensorId,
+        norm: TensorId,
+    ) -> Result<TensorId> {
+        let loss = self.cross_entropy_loss(logits, labels)?;
+        let ln = self.f32_operand("cross_entropy_loss", norm)?;
+        if ln.n_elements() != 1 || !ln.is_contiguous() {
+            self.nodes.pop();
+            return err("cross_entropy_loss", "the divisor must be F32 [1]");
+        }
+        self.nodes[loss.index()].src.push(norm);
+        Ok(loss)
+    }
+
     fn optimizer_operands(
         &self,
         op: &'static str,

@@ -32,6 +32,12 @@ pub(crate) fn mul_mat_t(a: &StepArgs<'_>, ctx: &Ctx<'_>) {
     if !a.strict && quantized_fits(a, &w, &dy, &dst) {
         return mul_mat_t_dequantized(a, ctx);
     }
+    if a.packed.is_some() {
+        // A packed copy may stand in for bytes that are gone (`Memory::drop_packed_source`);
+        // the planner always sizes the panel, so this is a bug, not a user error.
+        a.errors.record(ERR_KERNEL, 0);
+        return;
+    }
     let be = w.layout.dtype.layout().block_elems as usize;
     let blocks = split(k / be, ctx.ith, ctx.nth);
     let (k0, k1) = (blocks.start * be, blocks.end * be);
@@ -141,14 +147,13 @@ fn mul_mat_t_dequantized(a: &StepArgs<'_>, ctx: &Ctx<'_>) {
         let nr = rows.min(n - n0);
         for r in split(nr, ctx.ith, ctx.nth) {
             // SAFETY: panel row r (k f32s) is inside the work buffer (checked by
-            // quantized_fits) and this thread's; weight row n0 + r exists with contiguous rows.
-            let ok = unsafe {
-                read_chunk(
-                    &w,
-                    (n0 + r, 0, 0),
-                    0,
-                    std::slice::from_raw_parts_mut(panel.add(r * k), k),
-                )
+            // quantized_fits) and this thread's.
+            let out = unsafe { std::slice::from_raw_parts_mut(panel.add(r * k), k) };
+            let ok = match a.packed {
+                // The same values from the packed copy (the file's bytes, block by block).
+                Some(p) => p.dequantize_row(n0 + r, out),
+                // SAFETY: weight row n0 + r exists with contiguous rows.
+                None => unsafe { read_chunk(&w, (n0 + r, 0, 0), 0, out) },
             };
             if !ok {
                 a.errors.record(ERR_KERNEL, 0);

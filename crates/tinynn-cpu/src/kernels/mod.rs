@@ -223,6 +223,7 @@ pub(crate) fn compute(a: &StepArgs<'_>, ctx: &Ctx<'_>) {
         Op::Unary(u) => elementwise::unary(u, a, ctx),
         Op::Binary(b) => elementwise::binary(b, a, ctx),
         Op::Scale(s) => elementwise::scale(s, a, ctx),
+        Op::Dropout { p, salt } => train::dropout(p, salt, a, ctx),
         Op::SwiGlu => elementwise::swiglu(a, ctx),
         Op::GeGlu => elementwise::geglu(a, ctx),
         Op::RmsNorm { eps } => norm::rms_norm(eps, a, ctx),

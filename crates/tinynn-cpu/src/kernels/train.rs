@@ -55,10 +55,52 @@ pub(crate) fn cross_entropy_loss(a: &StepArgs<'_>, ctx: &Ctx<'_>) {
                 n += partials.add(2 * t + 1).read();
             }
         }
+        // A divisor operand replaces the count (a chunk's share of a larger batch's mean).
+        let n = match a.src.get(2).copied().flatten() {
+            // SAFETY: the divisor is F32 [1] (builder-checked).
+            Some(norm) => f64::from(unsafe { norm.f32_at([0; 4]) }),
+            None => n,
+        };
         let mean = if n > 0.0 { total / n } else { 0.0 };
         // SAFETY: the [1] output, written by thread 0 only.
         unsafe { a.dst.row_f32_ptr(0, 0, 0).write(mean as f32) };
     }
+}
+
+/// Inverted dropout (`Op::Dropout`): the mask of each element from its flat output index.
+pub(crate) fn dropout(p: f32, salt: u32, a: &StepArgs<'_>, ctx: &Ctx<'_>) {
+    let (x, seed_t) = (a.src(0), a.src(1));
+    // SAFETY: the seed is contiguous I32 [2] (builder-checked).
+    let words = unsafe { seed_t.i32s() };
+    let seed = u64::from(words[0] as u32) | (u64::from(words[1] as u32) << 32);
+    let ne = a.dst.layout.ne;
+    if x.layout.nb[0] == 4 {
+        for r in split(a.dst.layout.n_rows(), ctx.ith, ctx.nth) {
+            let (i1, i2, i3) = super::row_index(&a.dst.layout, r);
+            // SAFETY: rows of ne0 F32 values in both (same shape, unit stride); output row r is
+            // this thread's; dropout never runs in place (`Op::can_run_in_place`), so the two
+            // rows do not overlap.
+            let (src, out) = unsafe {
+                (
+                    std::slice::from_raw_parts(x.row_f32_ptr(i1, i2, i3), ne[0]),
+                    std::slice::from_raw_parts_mut(a.dst.row_f32_ptr(i1, i2, i3), ne[0]),
+                )
+            };
+            let first = (r * ne[0]) as u64;
+            crate::simd::dropout::dropout_run(src, out, seed, salt, first, p);
+        }
+        return;
+    }
+    let keep = 1.0 / (1.0 - p);
+    super::elementwise::for_my_elements(&a.dst, ctx, |i| {
+        let flat = i[0] + ne[0] * (i[1] + ne[1] * (i[2] + ne[2] * i[3]));
+        if tinynn_core::ops::dropout_drops(seed, salt, flat as u64, p) {
+            0.0
+        } else {
+            // SAFETY: same shape as the output, F32 (builder-checked).
+            unsafe { x.f32_at(i) * keep }
+        }
+    });
 }
 
 /// The n-th hyperparameter.

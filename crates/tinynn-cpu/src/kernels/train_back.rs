@@ -249,9 +249,13 @@ pub(crate) fn cross_entropy_loss_back(a: &StepArgs<'_>, ctx: &Ctx<'_>) {
     let (labels, dl) = unsafe { (labels_t.i32s(), dl.f32_at([0; 4])) };
     let v = logits.layout.ne[0];
     let valid = |l: i32| l >= 0 && (l as usize) < v;
-    let count = labels.iter().filter(|&&l| valid(l)).count();
-    let k = if count > 0 {
-        f64::from(dl) / count as f64
+    let count = match a.src.get(3).copied().flatten() {
+        // SAFETY: the divisor is F32 [1] (builder-checked).
+        Some(norm) => f64::from(unsafe { norm.f32_at([0; 4]) }),
+        None => labels.iter().filter(|&&l| valid(l)).count() as f64,
+    };
+    let k = if count > 0.0 {
+        f64::from(dl) / count
     } else {
         0.0
     };

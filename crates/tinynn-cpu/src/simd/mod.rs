@@ -17,6 +17,7 @@ mod avx2_q5;
 mod avx512;
 #[cfg(target_arch = "x86_64")]
 mod avx512_kquants;
+pub mod dropout;
 pub(crate) mod gemm_f32;
 pub use gemm_f32::{bf16_available, bf16_bits};
 pub mod packed;

@@ -136,6 +136,52 @@ impl PackKind {
         }
     }
 
+    /// The inverse of [`PackKind::pack_block`]: row `r`'s block in the file's format.
+    fn unpack_block(self, src: &[u8], r: usize, dst: &mut [u8]) {
+        let d = |dst: &mut [u8]| dst[0..2].copy_from_slice(&src[2 * r..2 * r + 2]);
+        let m = |dst: &mut [u8]| dst[2..4].copy_from_slice(&src[nibbles::M_AT + 2 * r..][..2]);
+        match self {
+            PackKind::Q4_0x16 => {
+                d(dst);
+                nibbles::unpack_quants(src, false, false, r, &mut dst[2..18]);
+            }
+            PackKind::Q4_1x16 => {
+                d(dst);
+                m(dst);
+                nibbles::unpack_quants(src, true, false, r, &mut dst[4..20]);
+            }
+            PackKind::Q5_0x16 => {
+                d(dst);
+                let qh = nibbles::unpack_quants(src, false, true, r, &mut dst[6..22]);
+                dst[2..6].copy_from_slice(&qh.to_le_bytes());
+            }
+            PackKind::Q5_1x16 => {
+                d(dst);
+                m(dst);
+                let qh = nibbles::unpack_quants(src, true, true, r, &mut dst[8..24]);
+                dst[4..8].copy_from_slice(&qh.to_le_bytes());
+            }
+            PackKind::Q8_0x16 => {
+                d(dst);
+                for j in 0..8 {
+                    for i in 0..4 {
+                        dst[2 + 4 * j + i] = src[32 + 64 * j + 4 * r + i] ^ 0x80;
+                    }
+                }
+            }
+            PackKind::F16x16 => {
+                for i in 0..32 {
+                    dst[2 * i..][..2].copy_from_slice(&src[32 * i + 2 * r..][..2]);
+                }
+            }
+            PackKind::Bf16x16 => {
+                for p in 0..16 {
+                    dst[4 * p..][..4].copy_from_slice(&src[64 * p + 4 * r..][..4]);
+                }
+            }
+        }
+    }
+
     /// Row `r` of a group (`nb` blocks at `w`) · activation row `x`, from the packed bytes.
     fn dot_ref(self, w: &[u8], nb: usize, r: usize, x: &[u8]) -> f32 {
         match self {
@@ -294,6 +340,60 @@ impl PackedWeight {
     /// Bytes the packed copy occupies.
     pub fn bytes(&self) -> usize {
         self.data.len()
+    }
+
+    /// Bytes of one row in the file's format.
+    pub fn row_bytes(&self) -> usize {
+        self.k / BLOCK * self.kind.source_block_bytes()
+    }
+
+    /// Writes row `n` back in the file's format (`row_bytes()` bytes into `out`): the bytes
+    /// it was packed from, so a packed copy can stand in for them.
+    pub fn unpack_row(&self, n: usize, out: &mut [u8]) {
+        assert!(n < self.n_rows && out.len() == self.row_bytes());
+        let (nb, bb, sb) = (
+            self.k / BLOCK,
+            self.kind.block_bytes(),
+            self.kind.source_block_bytes(),
+        );
+        let (g, r) = (n / GROUP_ROWS, n % GROUP_ROWS);
+        for b in 0..nb {
+            let src = &self.data.as_bytes()[(g * nb + b) * bb..][..bb];
+            self.kind.unpack_block(src, r, &mut out[b * sb..][..sb]);
+        }
+    }
+
+    /// Dequantizes row `n` into `out` (`k` values) exactly as the file's format does, one
+    /// unpacked block at a time; false if the format has no dequantizer.
+    pub fn dequantize_row(&self, n: usize, out: &mut [f32]) -> bool {
+        if n >= self.n_rows || out.len() != self.k {
+            return false;
+        }
+        let (nb, bb, sb) = (
+            self.k / BLOCK,
+            self.kind.block_bytes(),
+            self.kind.source_block_bytes(),
+        );
+        let (g, r) = (n / GROUP_ROWS, n % GROUP_ROWS);
+        // Rows up to 4 KiB are unpacked whole and dequantized in one call.
+        let mut row = [0u8; 4096];
+        if let Some(row) = row.get_mut(..nb * sb) {
+            for b in 0..nb {
+                let src = &self.data.as_bytes()[(g * nb + b) * bb..][..bb];
+                self.kind.unpack_block(src, r, &mut row[b * sb..][..sb]);
+            }
+            return quant::dequantize_row(self.source, row, out).is_ok();
+        }
+        let mut block = [0u8; 64];
+        for b in 0..nb {
+            let src = &self.data.as_bytes()[(g * nb + b) * bb..][..bb];
+            self.kind.unpack_block(src, r, &mut block[..sb]);
+            let vals = &mut out[b * BLOCK..][..BLOCK];
+            if quant::dequantize_row(self.source, &block[..sb], vals).is_err() {
+                return false;
+            }
+        }
+        true
     }
 
     pub fn n_groups(&self) -> usize {

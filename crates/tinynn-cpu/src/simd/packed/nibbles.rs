@@ -54,6 +54,25 @@ pub(super) fn pack_quants(qs: &[u8], qh: Option<u32>, min: bool, r: usize, dst: 
     }
 }
 
+/// The inverse of [`pack_quants`]: row `r`'s 16 quant bytes into `qs`, and its 5th bits (as
+/// the file's `qh`) when `high`.
+pub(super) fn unpack_quants(wb: &[u8], min: bool, high: bool, r: usize, qs: &mut [u8]) -> u32 {
+    let qa = quants_at(min, high);
+    for j in 0..4 {
+        qs[4 * j..][..4].copy_from_slice(&wb[qa + 64 * j + 4 * r..][..4]);
+    }
+    let mut qh = 0u32;
+    if high {
+        let pa = planes_at(min);
+        for e in 0..32 {
+            let (h, j, i) = (e / 16, e % 16 / 4, e % 4);
+            let bit = 4 * r + i;
+            qh |= u32::from(wb[pa + 8 * (4 * h + j) + bit / 8] >> (bit % 8) & 1) << e;
+        }
+    }
+    qh
+}
+
 /// The 32 quants (5-bit when `high`) of row `r` in a group block, from the packed bytes.
 pub(super) fn unpack_ref(wb: &[u8], min: bool, high: bool, r: usize) -> [u8; 32] {
     let (qa, pa) = (quants_at(min, high), planes_at(min));
