@@ -495,29 +495,30 @@ struct Saver<'a> {
 
 impl Saver<'_> {
     fn save(&self, trainer: &Trainer, batcher: &Batcher) -> Result<PathBuf> {
-        let params = trainer.params()?;
-        let opt = trainer.optimizer_state()?;
+        // Borrowed from the trainer: a checkpoint of a large model makes no copy of it.
+        let params = trainer.param_views()?;
+        let opt = trainer.optimizer_views()?;
         let prefixes = trainer.train_config().optimizer.state_prefixes();
         let dims: Vec<Vec<u64>> = params
             .iter()
-            .map(|p| p.dims.iter().map(|&d| d as u64).collect())
+            .map(|p| p.1.iter().map(|&d| d as u64).collect())
             .collect();
         let refs = params
             .iter()
             .zip(&dims)
             .map(|(p, d)| TensorRef {
-                name: &p.name,
+                name: p.0,
                 dims: d,
-                data: &p.data,
+                data: p.2,
             })
             .collect();
-        // optimizer_state holds, per parameter, one tensor per prefix.
+        // The optimizer's views hold, per parameter, one tensor per prefix.
         let groups = prefixes
             .iter()
             .enumerate()
             .map(|(k, prefix)| {
                 let tensors = (0..params.len())
-                    .map(|i| opt.tensors[i * prefixes.len() + k].data.as_slice())
+                    .map(|i| opt[i * prefixes.len() + k])
                     .collect();
                 (format!("{prefix}."), tensors)
             })

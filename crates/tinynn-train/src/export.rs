@@ -58,9 +58,10 @@ impl Trainer {
         let mut encoded = if self.lora().is_some() {
             self.merged(ty)?
         } else {
-            self.params()?
-                .iter()
-                .map(|t| encode(&t.name, &t.dims, &t.data, ty))
+            // Encoded from where the values live (no f32 copy of the model).
+            self.param_views()?
+                .into_iter()
+                .map(|(name, dims, data)| encode(name, dims, data, ty))
                 .collect::<Result<Vec<_>>>()?
         };
         if let Some(t) = &self.rope_freqs_tensor {

@@ -106,8 +106,27 @@ pub fn load_tensor(
     name: &str,
     dims: &[usize],
 ) -> Result<Option<NamedTensor>> {
-    let Some(w) = src.get(name)? else {
+    let mut data = vec![0f32; dims.iter().product()];
+    if !dequantize_into(src, name, dims, &mut data)? {
         return Ok(None);
+    }
+    Ok(Some(NamedTensor {
+        name: name.into(),
+        dims: dims.to_vec(),
+        data,
+    }))
+}
+
+/// [`load_tensor`] into `out` (`dims`' product of values) without a copy, then lets the file's
+/// pages go; false when the source lacks the tensor.
+pub fn dequantize_into(
+    src: &WeightSource<'_>,
+    name: &str,
+    dims: &[usize],
+    out: &mut [f32],
+) -> Result<bool> {
+    let Some(w) = src.get(name)? else {
+        return Ok(false);
     };
     let want: Vec<u64> = dims.iter().map(|&d| d as u64).collect();
     if w.dims != want {
@@ -119,17 +138,13 @@ pub fn load_tensor(
             ),
         });
     }
-    let mut data = vec![0f32; dims.iter().product()];
     // Rows are whole blocks, so the tensor dequantizes as one long row.
-    dequantize_row(w.dtype, w.data, &mut data).map_err(|e| TrainError::Dequantize {
+    dequantize_row(w.dtype, w.data, out).map_err(|e| TrainError::Dequantize {
         name: name.into(),
         message: e.to_string(),
     })?;
-    Ok(Some(NamedTensor {
-        name: name.into(),
-        dims: dims.to_vec(),
-        data,
-    }))
+    src.release(w.data);
+    Ok(true)
 }
 
 /// Every parameter of `specs` from `src`, as f32 master copies.

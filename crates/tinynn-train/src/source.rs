@@ -11,7 +11,7 @@ use tinynn_format::GgmlType;
 use crate::error::{Result, TrainError};
 use crate::lora::{init_adapter, LoraConfig};
 use crate::params::{
-    load_params, load_tensor, param_specs, random_params, Features, Init, NamedTensor, ParamSpec,
+    load_tensor, param_specs, random_params, Features, Init, NamedTensor, ParamSpec,
 };
 
 /// The starting point of training.
@@ -47,12 +47,15 @@ fn copy_of(b: &[u8]) -> tinynn_cpu::AlignedBuf {
 }
 
 /// A resolved source.
-pub(crate) struct Loaded {
+pub(crate) struct Loaded<'a> {
     pub config: ModelConfig,
     pub hparams: LlamaHparams,
     /// The trainable parameters (the whole model, or the LoRA tensors).
     pub specs: Vec<ParamSpec>,
     pub values: Vec<NamedTensor>,
+    /// Full fine-tuning of a model: the source the parameters' values are read from, straight
+    /// into the trainer's buffers (`values` is then empty), one tensor at a time.
+    pub deferred: Option<WeightSource<'a>>,
     /// With LoRA: the base model's tensors, in `param_specs` order.
     pub frozen: Vec<Frozen>,
     /// The GGUF metadata to copy into an export (GGUF sources only).
@@ -63,7 +66,10 @@ pub(crate) struct Loaded {
 
 /// Resolves `source`; with `lora`, the model's tensors become the frozen base (in their file
 /// types) and the trainable parameters are the adapter's.
-pub(crate) fn resolve(source: TrainSource<'_>, lora: Option<&LoraConfig>) -> Result<Loaded> {
+pub(crate) fn resolve<'a>(
+    source: TrainSource<'a>,
+    lora: Option<&LoraConfig>,
+) -> Result<Loaded<'a>> {
     let Some(lora) = lora else {
         return resolve_full(source, false);
     };
@@ -137,7 +143,7 @@ fn load_frozen(src: &WeightSource<'_>, specs: &[ParamSpec]) -> Result<Vec<Frozen
 }
 
 /// `frozen`: load a model source's tensors as they are (into `Loaded::frozen`), not as f32.
-fn resolve_full(source: TrainSource<'_>, frozen: bool) -> Result<Loaded> {
+fn resolve_full(source: TrainSource<'_>, frozen: bool) -> Result<Loaded<'_>> {
     match source {
         TrainSource::Random { config, seed } => {
             let hparams = LlamaHparams::from_config(&config, false)?;
@@ -148,6 +154,7 @@ fn resolve_full(source: TrainSource<'_>, frozen: bool) -> Result<Loaded> {
                 hparams,
                 specs,
                 values,
+                deferred: None,
                 frozen: Vec::new(),
                 gguf_metadata: None,
                 rope_freqs_tensor: None,
@@ -157,10 +164,19 @@ fn resolve_full(source: TrainSource<'_>, frozen: bool) -> Result<Loaded> {
             let config = src.config()?;
             let mut hparams = LlamaHparams::from_config(&config, src.is_hf())?;
             let specs = param_specs(&hparams, Features::from_source(&src)?);
-            let (values, frozen) = if frozen {
-                (Vec::new(), load_frozen(&src, &specs)?)
+            let (deferred, frozen) = if frozen {
+                (None, load_frozen(&src, &specs)?)
             } else {
-                (load_params(&src, &specs)?, Vec::new())
+                // Fail now, before plans are compiled, if a parameter is missing.
+                for s in &specs {
+                    if src.get(&s.name)?.is_none() {
+                        return Err(TrainError::Param {
+                            name: s.name.clone(),
+                            message: "missing from the source".into(),
+                        });
+                    }
+                }
+                (Some(src), Vec::new())
             };
             let n_pairs = hparams.rope.n_dims / 2;
             let rope_freqs_tensor = load_tensor(&src, "rope_freqs.weight", &[n_pairs])?;
@@ -181,7 +197,8 @@ fn resolve_full(source: TrainSource<'_>, frozen: bool) -> Result<Loaded> {
                 config,
                 hparams,
                 specs,
-                values,
+                values: Vec::new(),
+                deferred,
                 frozen,
                 gguf_metadata,
                 rope_freqs_tensor,

@@ -86,6 +86,9 @@ pub struct OptimizerState {
     pub tensors: Vec<NamedTensor>,
 }
 
+/// A parameter where it lives: name, dims, values (`Trainer::param_views`).
+pub type ParamView<'a> = (&'a str, &'a [usize], &'a [f32]);
+
 /// Bytes the trainer holds, by what they are for (`Trainer::memory`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct TrainMemory {
@@ -264,6 +267,9 @@ impl Trainer {
             trace: None,
         };
         t.load_params(&loaded.values)?;
+        if let Some(src) = loaded.deferred {
+            t.load_params_from(&src)?;
+        }
         Ok(t)
     }
 
@@ -564,6 +570,22 @@ impl Trainer {
         Ok(())
     }
 
+    /// Every parameter's values from `src`, dequantized straight into its buffer.
+    fn load_params_from(&mut self, src: &tinynn_models::weights::WeightSource<'_>) -> Result<()> {
+        let g = &mut self.grad;
+        for (s, &t) in self.specs.iter().zip(&g.params) {
+            let bytes = g.mem.persistent_mut(&g.plan, t)?;
+            let out: &mut [f32] = bytemuck::cast_slice_mut(bytes);
+            if !crate::params::dequantize_into(src, &s.name, &s.dims, out)? {
+                return Err(TrainError::Param {
+                    name: s.name.clone(),
+                    message: "missing from the source".into(),
+                });
+            }
+        }
+        Ok(())
+    }
+
     fn param_index(&self, name: &str) -> Result<usize> {
         self.specs
             .iter()
@@ -575,6 +597,33 @@ impl Trainer {
     }
 
     /// The optimizer's step count and moments, for checkpoints.
+    /// The parameters' values where they live, without a copy (checkpoints of large models):
+    /// name, dims and values per parameter, in `param_specs` order.
+    pub fn param_views(&self) -> Result<Vec<ParamView<'_>>> {
+        let g = &self.grad;
+        self.specs
+            .iter()
+            .zip(&g.params)
+            .map(|(s, &p)| {
+                let data = bytemuck::cast_slice(g.mem.persistent(&g.plan, p)?);
+                Ok((s.name.as_str(), s.dims.as_slice(), data))
+            })
+            .collect()
+    }
+
+    /// The optimizer's state tensors where they live, without a copy: per parameter (in
+    /// `param_specs` order), one per `Optimizer::state_prefixes` prefix.
+    pub fn optimizer_views(&self) -> Result<Vec<&[f32]>> {
+        let u = &self.update;
+        let mut out = Vec::new();
+        for state in &u.state {
+            for &t in state {
+                out.push(bytemuck::cast_slice(u.mem.persistent(&u.plan, t)?));
+            }
+        }
+        Ok(out)
+    }
+
     pub fn optimizer_state(&self) -> Result<OptimizerState> {
         let u = &self.update;
         let mut tensors = Vec::new();
