@@ -105,6 +105,10 @@ pub struct LoopArgs {
     /// Tensor type of the exported model (`model.gguf`, `merged.gguf`).
     #[arg(long = "export-type", value_enum, default_value_t = ExportType::F16)]
     pub export_type: ExportType,
+    /// Write the last step's per-op timings (forward + backward) as Chrome trace JSON to FILE
+    /// (open it in Perfetto or chrome://tracing).
+    #[arg(long, value_name = "FILE")]
+    pub trace: Option<PathBuf>,
     /// Tests: report a non-finite loss at these step attempts (1-based).
     #[arg(long = "inject-nan", hide = true, value_delimiter = ',')]
     pub inject_nan: Vec<u64>,
@@ -121,6 +125,7 @@ impl LoopArgs {
             clip: self.clip,
             threads: self.threads(),
             bf16_matmul: self.bf16,
+            trace: self.trace.is_some(),
             lora,
             ..TrainConfig::default()
         }
@@ -400,6 +405,10 @@ pub fn train(
     );
     export(trainer, dir, output, args.export_type())?;
     write_plot(dir, &metrics_path);
+    if let (Some(path), Some(json)) = (&args.trace, trainer.last_trace()) {
+        std::fs::write(path, json).with_context(|| format!("writing {}", path.display()))?;
+        eprintln!("wrote {}", path.display());
+    }
     Ok(())
 }
 

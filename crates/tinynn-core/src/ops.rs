@@ -150,6 +150,8 @@ pub enum Op {
     },
     /// The sum of all elements, `[1]`.
     Sum,
+    /// The sum of the squares of all elements, `[1]` (a squared L2 norm in one pass).
+    SumSq,
     /// The sum of each row, `[1, ne1, ne2, ne3]`.
     SumRows,
     /// The mean of each row, `[1, ne1, ne2, ne3]`.
@@ -299,6 +301,7 @@ impl Op {
             Op::Dropout { .. } => "dropout",
             Op::Concat { .. } => "concat",
             Op::Sum => "sum",
+            Op::SumSq => "sum_sq",
             Op::SumRows => "sum_rows",
             Op::Mean => "mean",
             Op::Argmax => "argmax",

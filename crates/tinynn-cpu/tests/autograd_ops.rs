@@ -373,6 +373,9 @@ fn reductions_and_out_prod() {
     assert_grads("sum", &[P::rand(&[5, 3, 2], &mut rng)], &|g, p| {
         Built::y(g.sum(p[0]).unwrap())
     });
+    assert_grads("sum_sq", &[P::rand(&[37, 3], &mut rng)], &|g, p| {
+        Built::y(g.sum_sq(p[0]).unwrap())
+    });
     assert_grads("sum_rows", &[P::rand(&[5, 3, 2], &mut rng)], &|g, p| {
         Built::y(g.sum_rows(p[0]).unwrap())
     });

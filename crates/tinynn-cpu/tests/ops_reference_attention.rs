@@ -377,6 +377,7 @@ fn reductions_and_orderings() {
     let mut g = Graph::new();
     let a = g.input("x", F32, &ne).unwrap();
     let s = g.sum(a).unwrap();
+    let ss = g.sum_sq(a).unwrap();
     let sr = g.sum_rows(a).unwrap();
     let m = g.mean(a).unwrap();
     let am = g.argmax(a).unwrap();
@@ -385,6 +386,8 @@ fn reductions_and_orderings() {
     let top = g.top_k(a, 3).unwrap();
     let inputs = [Input::F32(a, x.clone())];
     check("sum", &g, s, &inputs, &[], &[25.5], 0.0);
+    // 9 + 1 + 9 + 49 + 0.25 + 4 + 4 + 4 + 16 + 81 + 1 + 1
+    check("sum_sq", &g, ss, &inputs, &[], &[179.25], 0.0);
     check("sum_rows", &g, sr, &inputs, &[], &[14.5, 11.0], 0.0);
     check(
         "mean",

@@ -52,9 +52,10 @@ pub struct TrainForward {
     pub dropout_seed: Option<TensorId>,
 }
 
-/// Tokens per chunk of the output head: logits are made, scored and differentiated
+/// Tokens per chunk of a frozen output head: logits are made, scored and differentiated
 /// `HEAD_CHUNK` tokens at a time, so only one chunk's `[n_vocab, HEAD_CHUNK]` logits and their
-/// gradient are ever live (SmolLM2, 1024 tokens: 2 × 25 MB instead of 2 × 201 MB).
+/// gradient are ever live (SmolLM2, 1024 tokens: 2 × 25 MB instead of 2 × 201 MB). A
+/// trainable head is one chunk.
 pub const HEAD_CHUNK: usize = 128;
 
 /// Ask [`build_forward`] to differentiate the head as it goes (the grad pass).
@@ -320,8 +321,12 @@ pub fn build_forward(
     let e = g.layout(h).ne[0];
     let head_trainable = head_backward.is_some_and(|b| b.params.contains(&head));
     let (mut loss, mut d_hidden, mut d_head) = (None, None, None);
-    for c0 in (0..n).step_by(HEAD_CHUNK) {
-        let len = HEAD_CHUNK.min(n - c0);
+    // A trainable head takes the batch whole: in chunks its gradient would be a sum of full
+    // [n_embd, n_vocab] partial products, one per chunk (8 × 113 MB for SmolLM2), and full
+    // fine-tuning's optimizer state dwarfs the logits it would save.
+    let chunk = if head_trainable { n } else { HEAD_CHUNK };
+    for c0 in (0..n).step_by(chunk) {
+        let len = chunk.min(n - c0);
         let hc = g.view(h, &[e, len], &[e * 4], c0 * e * 4)?; // [e, len]
         let lc = g.view(labels, &[len], &[], c0 * 4)?;
         let logits = g.mul_mat(head, hc)?; // [n_vocab, len]

@@ -41,8 +41,8 @@ impl Optimizer {
     /// Length of the hyperparameter tensor its kernel reads.
     pub fn n_hyperparams(&self) -> usize {
         match self {
-            Optimizer::AdamW { .. } => 7,
-            Optimizer::Sgd { .. } => 3,
+            Optimizer::AdamW { .. } => 8,
+            Optimizer::Sgd { .. } => 4,
         }
     }
 
@@ -104,7 +104,9 @@ impl Optimizer {
     }
 
     /// The hyperparameter values of update number `t` (1-based) at learning rate `lr`.
-    pub(crate) fn hyperparams(&self, lr: f32, t: u64) -> [f32; 7] {
+    /// The hyperparameter values of update `t` (1-based) at learning rate `lr`, the gradient
+    /// multiplied by `grad_scale` (clipping); the first `n_hyperparams` count.
+    pub(crate) fn hyperparams(&self, lr: f32, t: u64, grad_scale: f32) -> [f32; 8] {
         match *self {
             Optimizer::AdamW {
                 beta1,
@@ -115,12 +117,21 @@ impl Optimizer {
                 let t = t.min(i32::MAX as u64) as i32;
                 let c1 = 1.0 / (1.0 - f64::from(beta1).powi(t));
                 let c2 = 1.0 / (1.0 - f64::from(beta2).powi(t));
-                [lr, beta1, beta2, eps, weight_decay, c1 as f32, c2 as f32]
+                [
+                    lr,
+                    beta1,
+                    beta2,
+                    eps,
+                    weight_decay,
+                    c1 as f32,
+                    c2 as f32,
+                    grad_scale,
+                ]
             }
             Optimizer::Sgd {
                 momentum,
                 weight_decay,
-            } => [lr, momentum, weight_decay, 0.0, 0.0, 0.0, 0.0],
+            } => [lr, momentum, weight_decay, grad_scale, 0.0, 0.0, 0.0, 0.0],
         }
     }
 }

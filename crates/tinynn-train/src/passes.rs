@@ -11,7 +11,6 @@
 //! copied) to the other passes' memories for their runs (`Memory::swap_persistent`).
 
 use tinynn_core::graph::Graph;
-use tinynn_core::ops::Unary;
 use tinynn_core::plan::Plan;
 use tinynn_core::tensor::TensorId;
 use tinynn_cpu::Memory;
@@ -38,6 +37,8 @@ pub(crate) struct GradPass {
     pub frozen: Vec<TensorId>,
     /// Persistent gradient buffers, one per parameter.
     pub buffers: Vec<TensorId>,
+    /// The buffers runs add into (rather than overwrite): to zero between optimizer steps.
+    pub accumulated: Vec<TensorId>,
     /// F32 `[1]`: Σ over every buffer of its squared elements (after this run's addition).
     pub grad_sq: TensorId,
 }
@@ -49,9 +50,7 @@ pub(crate) struct UpdatePass {
     pub buffers: Vec<TensorId>,
     /// Per parameter, its optimizer state tensors (`Optimizer::state_prefixes` order).
     pub state: Vec<Vec<TensorId>>,
-    /// F32 `[1]`: the factor gradients are multiplied by (clipping).
-    pub clip: TensorId,
-    /// F32 `[Optimizer::n_hyperparams]`.
+    /// F32 `[Optimizer::n_hyperparams]`, the clipping factor last.
     pub hp: TensorId,
 }
 
@@ -137,13 +136,19 @@ pub(crate) fn grad_pass(
     }
     let grads = g.backward_from(&seeds, &params)?;
     let mut buffers = Vec::with_capacity(params.len());
+    let mut accumulated = Vec::new();
     let mut grad_sq: Option<TensorId> = None;
     for (s, &gr) in specs.iter().zip(&grads) {
         let buf = g.persistent(&format!("grad.{}", s.name), F32, &s.dims)?;
-        let sum = g.add(buf, gr)?;
-        let acc = g.cpy(sum, buf)?;
-        let sq = g.unary(Unary::Sqr, acc)?;
-        let sq = g.sum(sq)?; // [1]
+        // One micro-batch per step: the gradient is computed straight into its buffer.
+        // Several: each adds into it in place, and the buffers are zeroed between steps.
+        let acc = if accum == 1 && g.compute_into(gr, buf)? {
+            gr
+        } else {
+            accumulated.push(buf);
+            g.accumulate_into(buf, gr)?
+        };
+        let sq = g.sum_sq(acc)?; // [1]
         grad_sq = Some(match grad_sq {
             Some(t) => g.add(t, sq)?,
             None => sq,
@@ -167,6 +172,7 @@ pub(crate) fn grad_pass(
         params,
         frozen: frozen_ids,
         buffers,
+        accumulated,
         grad_sq,
     })
 }
@@ -174,14 +180,14 @@ pub(crate) fn grad_pass(
 pub(crate) fn update_pass(specs: &[ParamSpec], opt: &Optimizer) -> Result<UpdatePass> {
     let mut g = Graph::new();
     let params = param_leaves(&mut g, specs)?;
-    let clip = g.input("clip", F32, &[1])?;
+    // The last hyperparameter is the clipping factor: the optimizer steps scale the gradient
+    // as they read it (no pass writing a clipped copy).
     let hp = g.input("optimizer_hp", F32, &[opt.n_hyperparams()])?;
     let mut buffers = Vec::with_capacity(params.len());
     let mut state = Vec::with_capacity(params.len());
     for (s, &p) in specs.iter().zip(&params) {
         let buf = g.persistent(&format!("grad.{}", s.name), F32, &s.dims)?;
-        let clipped = g.mul(buf, clip)?;
-        state.push(opt.build(&mut g, &s.name, p, clipped, hp)?);
+        state.push(opt.build(&mut g, &s.name, p, buf, hp)?);
         buffers.push(buf);
     }
     let plan = Plan::compile(g);
@@ -193,7 +199,6 @@ pub(crate) fn update_pass(specs: &[ParamSpec], opt: &Optimizer) -> Result<Update
         params,
         buffers,
         state,
-        clip,
         hp,
     })
 }

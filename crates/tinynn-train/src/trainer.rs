@@ -375,9 +375,8 @@ impl Trainer {
     }
 
     fn apply_update(&mut self, lr: f32, clip: f32) -> Result<()> {
-        let hp = self.cfg.optimizer.hyperparams(lr, self.step + 1);
+        let hp = self.cfg.optimizer.hyperparams(lr, self.step + 1, clip);
         let (g, u) = (&mut self.grad, &mut self.update);
-        u.mem.write_f32(&u.plan, u.clip, &[clip])?;
         u.mem
             .write_f32(&u.plan, u.hp, &hp[..self.cfg.optimizer.n_hyperparams()])?;
         swap_all(
@@ -483,7 +482,8 @@ impl Trainer {
 
     fn zero_grads(&mut self) -> Result<()> {
         let g = &mut self.grad;
-        for &b in &g.buffers {
+        // The other buffers are overwritten by every run.
+        for &b in &g.accumulated {
             g.mem.zero_persistent(&g.plan, b)?;
         }
         Ok(())

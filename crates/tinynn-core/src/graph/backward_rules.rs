@@ -260,6 +260,11 @@ impl Graph {
                 let ne = self.layout(src[0]).ne;
                 out[0] = Some(self.repeat(dy, &ne)?);
             }
+            // d Σx² = 2x·dy (dy [1] broadcasts).
+            Op::SumSq => {
+                let d = self.mul(src[0], dy)?;
+                out[0] = Some(self.scale(d, 2.0)?);
+            }
             Op::Mean => {
                 let ne = self.layout(src[0]).ne;
                 let r = self.repeat(dy, &ne)?;

@@ -15,6 +15,12 @@ impl Graph {
         Ok(self.computed(Op::Sum, Layout::contiguous(F32, [1, 1, 1, 1]), vec![a]))
     }
 
+    /// `Σ a²` over all elements, `[1]`, in one pass (no squared copy).
+    pub fn sum_sq(&mut self, a: TensorId) -> Result<TensorId> {
+        self.f32_operand("sum_sq", a)?;
+        Ok(self.computed(Op::SumSq, Layout::contiguous(F32, [1, 1, 1, 1]), vec![a]))
+    }
+
     /// The sum of each row, `[1, ne1, ne2, ne3]`.
     pub fn sum_rows(&mut self, a: TensorId) -> Result<TensorId> {
         let la = self.f32_operand("sum_rows", a)?;

@@ -57,6 +57,51 @@ impl Graph {
         Ok(loss)
     }
 
+    /// `buf += x` in place, `buf` a persistent F32 tensor (a gradient accumulation buffer) and
+    /// `x` F32 of its shape: one pass over both, no arena result and no copy back.
+    pub fn accumulate_into(&mut self, buf: TensorId, x: TensorId) -> Result<TensorId> {
+        const OP: &str = "accumulate_into";
+        let (lb, lx) = (self.f32_operand(OP, buf)?, self.f32_operand(OP, x)?);
+        if !lb.is_contiguous() || lb.ne != lx.ne || !self.is_persistent(buf) {
+            return err(
+                OP,
+                format!(
+                    "needs a contiguous persistent F32 buffer and a value of its shape, got {:?} and {:?}",
+                    lb.ne, lx.ne
+                ),
+            );
+        }
+        Ok(self.in_place(Op::Binary(crate::ops::Binary::Add), buf, vec![buf, x]))
+    }
+
+    /// Makes computed arena tensor `t` write its result straight into persistent tensor `buf`
+    /// (same F32 shape, contiguous), so that a gradient lands in its buffer without a copy.
+    /// Returns false, changing nothing, when `t` is not such a tensor (a view, a leaf, an op
+    /// already writing in place, another shape); the caller then copies or accumulates.
+    pub fn compute_into(&mut self, t: TensorId, buf: TensorId) -> Result<bool> {
+        self.check_id("compute_into", t)?;
+        self.check_id("compute_into", buf)?;
+        let (n, lb) = (self.node(t), *self.layout(buf));
+        let fits = n.mem == Mem::Arena
+            && n.op.computes()
+            && n.layout.dtype == GgmlType::F32
+            && n.layout.is_contiguous()
+            && n.layout.ne == lb.ne
+            && lb.dtype == GgmlType::F32
+            && lb.is_contiguous()
+            && self.node(buf).mem == Mem::Persistent
+            && !n.src.contains(&buf)
+            // Nothing may already alias t's memory (a view or in-place op would move too).
+            && !self.nodes.iter().any(|m| matches!(m.mem, Mem::Alias { base, .. } if base == t));
+        if fits {
+            self.nodes[t.index()].mem = Mem::Alias {
+                base: buf,
+                offset: 0,
+            };
+        }
+        Ok(fits)
+    }
+
     fn optimizer_operands(
         &self,
         op: &'static str,
@@ -85,8 +130,12 @@ impl Graph {
             }
         }
         let lh = self.f32_operand(op, hp)?;
-        if lh.ne != [n_hp, 1, 1, 1] {
-            return err(op, format!("hyperparameters must be F32 [{n_hp}]"));
+        // One more value, optional: a factor the gradient is multiplied by (clipping).
+        if lh.ne != [n_hp, 1, 1, 1] && lh.ne != [n_hp + 1, 1, 1, 1] {
+            return err(
+                op,
+                format!("hyperparameters must be F32 [{n_hp}] or [{}]", n_hp + 1),
+            );
         }
         Ok(())
     }
@@ -103,7 +152,8 @@ impl Graph {
 
     /// One AdamW step on `param` (persistent) with `grad`, moments `m`, `v` (persistent) and
     /// hyperparameters `hp` F32 `[7]`: `[lr, beta1, beta2, eps, weight_decay, 1/(1-beta1^t),
-    /// 1/(1-beta2^t)]`, read at run time so schedules need no rebuild.
+    /// 1/(1-beta2^t)]`, read at run time so schedules need no rebuild; an 8th value, if
+    /// present, multiplies the gradient first (the clipping factor, with no pass of its own).
     pub fn adamw_step(
         &mut self,
         param: TensorId,
@@ -122,7 +172,8 @@ impl Graph {
     }
 
     /// One SGD step with momentum: `vel = momentum·vel + grad; param = param·(1 − lr·wd) − lr·vel`,
-    /// hyperparameters `hp` F32 `[3]`: `[lr, momentum, weight_decay]`.
+    /// hyperparameters `hp` F32 `[3]`: `[lr, momentum, weight_decay]`, and optionally a 4th that
+    /// multiplies the gradient first.
     pub fn sgd_step(
         &mut self,
         param: TensorId,

@@ -12,28 +12,44 @@ fn at(x: &RawTensor, i0: usize, row: (usize, usize, usize)) -> f32 {
     unsafe { x.f32_at([i0, row.0, row.1, row.2]) }
 }
 
-fn row_sum(x: &RawTensor, row: (usize, usize, usize)) -> f64 {
+fn row_sum(x: &RawTensor, row: (usize, usize, usize), squares: bool) -> f64 {
     (0..x.layout.ne[0])
-        .map(|i0| f64::from(at(x, i0, row)))
+        .map(|i0| {
+            let v = f64::from(at(x, i0, row));
+            if squares {
+                v * v
+            } else {
+                v
+            }
+        })
         .sum()
 }
 
 /// Σ of a row in eight interleaved f64 partial sums (independent add chains, so the loop runs
 /// at memory speed instead of one add latency per element), combined pairwise.
-fn row_sum_lanes(row: &[f32]) -> f64 {
+fn row_sum_lanes<const SQUARES: bool>(row: &[f32]) -> f64 {
+    let f = |v: f32| {
+        let v = f64::from(v);
+        if SQUARES {
+            v * v
+        } else {
+            v
+        }
+    };
     let mut acc = [0f64; 8];
     let chunks = row.chunks_exact(8);
-    let tail: f64 = chunks.remainder().iter().map(|&v| f64::from(v)).sum();
+    let tail: f64 = chunks.remainder().iter().map(|&v| f(v)).sum();
     for c in chunks {
         for (a, &v) in acc.iter_mut().zip(c) {
-            *a += f64::from(v);
+            *a += f(v);
         }
     }
     let a4 = [0, 1, 2, 3].map(|i| acc[i] + acc[i + 4]);
     (a4[0] + a4[2]) + (a4[1] + a4[3]) + tail
 }
 
-pub(crate) fn sum(a: &StepArgs<'_>, ctx: &Ctx<'_>) {
+/// `Σx` (`Op::Sum`) or `Σx²` (`Op::SumSq`, `squares`).
+pub(crate) fn sum(squares: bool, a: &StepArgs<'_>, ctx: &Ctx<'_>) {
     if ctx.ith != 0 {
         return;
     }
@@ -45,9 +61,14 @@ pub(crate) fn sum(a: &StepArgs<'_>, ctx: &Ctx<'_>) {
             let row = row_index(&x.layout, r);
             if lanes {
                 // SAFETY: row r of x holds ne0 contiguous f32s.
-                row_sum_lanes(unsafe { x.row_f32(row.0, row.1, row.2) })
+                let v = unsafe { x.row_f32(row.0, row.1, row.2) };
+                if squares {
+                    row_sum_lanes::<true>(v)
+                } else {
+                    row_sum_lanes::<false>(v)
+                }
             } else {
-                row_sum(&x, row)
+                row_sum(&x, row, squares)
             }
         })
         .sum();
@@ -60,7 +81,7 @@ pub(crate) fn sum_rows(mean: bool, a: &StepArgs<'_>, ctx: &Ctx<'_>) {
     let n = x.layout.ne[0] as f64;
     for r in split(x.layout.n_rows(), ctx.ith, ctx.nth) {
         let row = row_index(&x.layout, r);
-        let s = row_sum(&x, row);
+        let s = row_sum(&x, row, false);
         let v = if mean { s / n } else { s };
         // SAFETY: output row `row` is [1] F32, this thread's.
         unsafe { a.dst.row_f32_ptr(row.0, row.1, row.2).write(v as f32) };

@@ -103,6 +103,15 @@ pub(crate) fn dropout(p: f32, salt: u32, a: &StepArgs<'_>, ctx: &Ctx<'_>) {
     });
 }
 
+/// The optional gradient factor at index `n` of the hyperparameters (source `src`), 1 if absent.
+fn grad_scale(a: &StepArgs<'_>, src: usize, n: usize) -> f32 {
+    if a.src(src).layout.ne[0] > n {
+        hp(a, src, n)
+    } else {
+        1.0
+    }
+}
+
 /// The n-th hyperparameter.
 fn hp(a: &StepArgs<'_>, src: usize, n: usize) -> f32 {
     // SAFETY: hyperparameters are an F32 [7] / [3] tensor (builder-checked), n within it.
@@ -111,6 +120,7 @@ fn hp(a: &StepArgs<'_>, src: usize, n: usize) -> f32 {
 
 pub(crate) fn adamw(a: &StepArgs<'_>, ctx: &Ctx<'_>) {
     let [lr, beta1, beta2, eps, wd, beta1h, beta2h] = std::array::from_fn(|i| hp(a, 4, i));
+    let scale = grad_scale(a, 4, 7);
     let (w, g, m, v) = (
         a.dst.row_f32_ptr(0, 0, 0),
         a.src(1).row_f32_ptr(0, 0, 0),
@@ -129,6 +139,7 @@ pub(crate) fn adamw(a: &StepArgs<'_>, ctx: &Ctx<'_>) {
             eps,
             lr,
             keep,
+            scale,
         };
         // SAFETY: AVX-512F checked; as below for the elements of `mine`.
         let done = unsafe { adamw_avx512(&h, [w, g, m, v], mine.clone()) };
@@ -138,7 +149,7 @@ pub(crate) fn adamw(a: &StepArgs<'_>, ctx: &Ctx<'_>) {
         // SAFETY: all four tensors are contiguous F32 of the parameter's size; element i is
         // this thread's, in each.
         unsafe {
-            let gi = g.add(i).read();
+            let gi = g.add(i).read() * scale;
             let mi = m.add(i).read() * beta1 + gi * (1.0 - beta1);
             let vi = v.add(i).read() * beta2 + gi * gi * (1.0 - beta2);
             m.add(i).write(mi);
@@ -159,6 +170,8 @@ struct AdamHp {
     eps: f32,
     lr: f32,
     keep: f32,
+    /// The gradient's factor (clipping).
+    scale: f32,
 }
 
 /// [`adamw`]'s loop over whole 16-value chunks of `range`, the same f32 operations in the same
@@ -178,11 +191,12 @@ unsafe fn adamw_avx512(
     let s = _mm512_set1_ps;
     let (b1, b1c, b2, b2c) = (s(h.beta1), s(1.0 - h.beta1), s(h.beta2), s(1.0 - h.beta2));
     let (b1h, b2h, eps, lr, keep) = (s(h.beta1h), s(h.beta2h), s(h.eps), s(h.lr), s(h.keep));
+    let scale = s(h.scale);
     let mut i = range.start;
     while i + 16 <= range.end {
         // SAFETY: elements i..i+16 of each tensor (caller).
         unsafe {
-            let gi = _mm512_loadu_ps(g.add(i));
+            let gi = _mm512_mul_ps(_mm512_loadu_ps(g.add(i)), scale);
             let mi = _mm512_add_ps(
                 _mm512_mul_ps(_mm512_loadu_ps(m.add(i)), b1),
                 _mm512_mul_ps(gi, b1c),
@@ -210,6 +224,7 @@ unsafe fn adamw_avx512(
 
 pub(crate) fn sgd(a: &StepArgs<'_>, ctx: &Ctx<'_>) {
     let [lr, momentum, wd] = std::array::from_fn(|i| hp(a, 3, i));
+    let scale = grad_scale(a, 3, 3);
     let (w, g, vel) = (
         a.dst.row_f32_ptr(0, 0, 0),
         a.src(1).row_f32_ptr(0, 0, 0),
@@ -218,7 +233,7 @@ pub(crate) fn sgd(a: &StepArgs<'_>, ctx: &Ctx<'_>) {
     for i in split(a.dst.layout.n_elements(), ctx.ith, ctx.nth) {
         // SAFETY: contiguous F32 tensors of the parameter's size; element i is this thread's.
         unsafe {
-            let vi = momentum * vel.add(i).read() + g.add(i).read();
+            let vi = momentum * vel.add(i).read() + g.add(i).read() * scale;
             vel.add(i).write(vi);
             w.add(i).write(w.add(i).read() * (1.0 - lr * wd) - lr * vi);
         }
@@ -249,6 +264,7 @@ mod tests {
             eps: 1e-8,
             lr: 1e-3,
             keep: 1.0 - 1e-3 * 0.01,
+            scale: 0.75,
         };
         let mut t: [Vec<f32>; 4] = std::array::from_fn(|k| {
             (0..n)
@@ -263,7 +279,7 @@ mod tests {
         });
         let want: Vec<[f32; 3]> = (0..n)
             .map(|i| {
-                let (w, g, m, v) = (t[0][i], t[1][i], t[2][i], t[3][i]);
+                let (w, g, m, v) = (t[0][i], t[1][i] * h.scale, t[2][i], t[3][i]);
                 let mi = m * h.beta1 + g * (1.0 - h.beta1);
                 let vi = v * h.beta2 + g * g * (1.0 - h.beta2);
                 let step = (mi * h.beta1h) / ((vi * h.beta2h).sqrt() + h.eps);
