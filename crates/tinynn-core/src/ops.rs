@@ -94,6 +94,9 @@ pub enum Op {
     },
     /// `silu(src0) * src1`.
     SwiGlu,
+    /// Gradient of `SwiGlu` in one pass: src0 g, src1 u, src2 dy (contiguous F32, one shape).
+    /// The result is flat: `dg = dy·u·silu'(g)`, then `du = dy·silu(g)` (each in g's shape).
+    SwiGluBack,
     /// `gelu(src0) * src1` (tanh approximation).
     GeGlu,
     /// `x / sqrt(mean(x²) + eps)` over each row.
@@ -235,8 +238,8 @@ pub enum Op {
         has_freq_factors: bool,
     },
     /// Gradient of `FlashAttn` (no kv length): sources q, k, v (all F32), the mask when
-    /// `has_mask`, then dO `[Dv, H, n_q, 1]`. The result is flat: dq, then dk, then dv
-    /// (each contiguous in its operand's shape). Recomputes the attention rows; f64 sums.
+    /// `has_mask`, then dO `[Dv, H, n_q, B]`. The result is flat: dq, then dk, then dv (each
+    /// contiguous in its operand's shape). Recomputes the attention rows; f64 sums.
     FlashAttnBack {
         scale: f32,
         softcap: f32,
@@ -287,6 +290,7 @@ impl Op {
             },
             Op::Scale(_) => "scale",
             Op::SwiGlu => "swiglu",
+            Op::SwiGluBack => "swiglu_back",
             Op::GeGlu => "geglu",
             Op::RmsNorm { .. } => "rms_norm",
             Op::LayerNorm { .. } => "layer_norm",

@@ -203,6 +203,19 @@ fn flash_attn_causal_gqa() {
             Built::with(y.unwrap(), vec![Input::F32(m, causal(n, n, 0))])
         });
     }
+    // Batches (dimension 3): the training graph's sequences, each attending to its own keys.
+    let b = 3;
+    let ps = [
+        P::rand(&[d, h, n, b], &mut rng),
+        P::rand(&[d, hkv, n, b], &mut rng),
+        P::rand(&[d + 2, hkv, n, b], &mut rng),
+    ];
+    assert_grads("flash_attn batched", &ps, &|g, p| {
+        let m = g.input("mask", F32, &[n, n]).unwrap();
+        let [q, k, v] = [0, 1, 2].map(|i| g.permute(p[i], [0, 2, 1, 3]).unwrap());
+        let y = g.flash_attn(q, k, v, Some(m), None, 0.4, 0.0);
+        Built::with(y.unwrap(), vec![Input::F32(m, causal(n, n, 0))])
+    });
     // No mask, one query row fully masked would be zeros: use a kv longer than q.
     let ps = [
         P::rand(&[d, 3, 2], &mut rng),
@@ -240,6 +253,18 @@ fn flash_attn_tiles() {
         };
     }
     assert_grads("flash_attn tiles", &ps, &|g, p| {
+        let m = g.input("mask", F32, &[n, n]).unwrap();
+        let q = g.permute(p[0], [0, 2, 1, 3]).unwrap();
+        let y = g.flash_attn(q, p[1], p[2], Some(m), None, 0.35, 0.0);
+        Built::with(y.unwrap(), vec![Input::F32(m, mask.clone())])
+    });
+    // Two batches through the tiles (the training graph's sequences).
+    let ps = [
+        P::rand(&[d, 2, n, 2], &mut rng),
+        P::rand(&[d, n, 1, 2], &mut rng),
+        P::rand(&[dv, n, 1, 2], &mut rng),
+    ];
+    assert_grads("flash_attn tiles, batched", &ps, &|g, p| {
         let m = g.input("mask", F32, &[n, n]).unwrap();
         let q = g.permute(p[0], [0, 2, 1, 3]).unwrap();
         let y = g.flash_attn(q, p[1], p[2], Some(m), None, 0.35, 0.0);

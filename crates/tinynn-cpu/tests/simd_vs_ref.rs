@@ -143,3 +143,35 @@ fn simd_activation_quantizer_is_bit_identical() {
         );
     }
 }
+
+/// The one-pass SwiGLU gradient (AVX-512 f64 lanes) against its scalar formula, over gates
+/// from −110 (the clamped exp's scalar fallback) to 30, at most one f32 ulp apart.
+#[test]
+fn swiglu_back_matches_its_scalar_formula() {
+    use tinynn_cpu::simd::vexp::{swiglu_back_one, swiglu_back_slices};
+    let n = 10_007;
+    let g: Vec<f32> = (0..n)
+        .map(|i| -110.0 + 140.0 * i as f32 / n as f32)
+        .collect();
+    let u: Vec<f32> = (0..n)
+        .map(|i| ((i * 37 % 101) as f32 - 50.0) / 7.0)
+        .collect();
+    let dy: Vec<f32> = (0..n)
+        .map(|i| ((i * 53 % 97) as f32 - 48.0) / 11.0)
+        .collect();
+    let (mut dg, mut du) = (vec![0f32; n], vec![0f32; n]);
+    swiglu_back_slices(&g, &u, &dy, &mut dg, &mut du);
+    for i in 0..n {
+        let (wg, wu) = swiglu_back_one(g[i], u[i], dy[i]);
+        for (got, want) in [(dg[i], wg), (du[i], wu)] {
+            let ulps = (got.to_bits() as i64 - want.to_bits() as i64).abs();
+            assert!(
+                ulps <= 1,
+                "g {} u {} dy {}: {got} vs {want}",
+                g[i],
+                u[i],
+                dy[i]
+            );
+        }
+    }
+}

@@ -52,11 +52,22 @@ pub struct TrainForward {
     pub dropout_seed: Option<TensorId>,
 }
 
-/// Tokens per chunk of a frozen output head: logits are made, scored and differentiated
-/// `HEAD_CHUNK` tokens at a time, so only one chunk's `[n_vocab, HEAD_CHUNK]` logits and their
-/// gradient are ever live (SmolLM2, 1024 tokens: 2 × 25 MB instead of 2 × 201 MB). A
-/// trainable head is one chunk.
-pub const HEAD_CHUNK: usize = 128;
+/// Tokens per chunk of a frozen output head `[n_embd, n_vocab]` of `head_bytes`: logits are
+/// made, scored and differentiated a chunk at a time, so only one chunk's logits and their
+/// gradient are ever live. A chunk's logits take at most what the head's weights take, in
+/// whole blocks of the f32 GEMM (256 tokens) or else of 64 tokens (at least 64): a quantized
+/// head (QLoRA) gets small chunks and little memory (SmolLM2's Q8_0 head: 128 tokens,
+/// 2 × 25 MB instead of 2 × 201 MB for 1024 tokens), an F32 head larger ones that keep its
+/// products efficient (512 tokens: its two products take 332 ms a step; 457 ms in chunks of
+/// 128, 433 ms in chunks of 576 and 448).
+pub fn head_chunk(head_bytes: usize, n_vocab: usize) -> usize {
+    let tokens = head_bytes / (4 * n_vocab.max(1));
+    if tokens >= 256 {
+        tokens / 256 * 256
+    } else {
+        (tokens / 64 * 64).max(64)
+    }
+}
 
 /// Ask [`build_forward`] to differentiate the head as it goes (the grad pass).
 #[derive(Clone, Copy, Debug)]
@@ -281,30 +292,16 @@ pub fn build_forward(
         }
         let q = g.rope_ext(q, pos, freqs, hp.rope)?; // [hd, nh, n]
         let k = g.rope_ext(k, pos, freqs, hp.rope)?; // [hd, nkv, n]
-                                                     // One causal attention per sequence: views [hd, seq, heads] into the batch.
-        let mut att: Option<TensorId> = None;
-        for b in 0..shape.batch {
-            let qb = g.view(q, &[hd, s, nh], &[hd * nh * 4, hd * 4], b * s * nh * hd * 4)?;
-            let kb = g.view(
-                k,
-                &[hd, s, nkv],
-                &[hd * nkv * 4, hd * 4],
-                b * s * nkv * hd * 4,
-            )?;
-            let vb = g.view(
-                v,
-                &[hd, s, nkv],
-                &[hd * nkv * 4, hd * 4],
-                b * s * nkv * hd * 4,
-            )?;
-            let ab = g.flash_attn(qb, kb, vb, Some(mask), None, scale, 0.0)?; // [hd, nh, s]
-            let ab = g.reshape(ab, &[nh * hd, s])?;
-            att = Some(match att {
-                Some(a) => g.concat(a, ab, 1)?,
-                None => ab,
-            });
-        }
-        let att = att.ok_or_else(|| TrainError::Invalid("the batch is empty".into()))?; // [nh·hd, n]
+                                                     // One causal attention per sequence, all in one op: batch dimension 3. Tokens are
+                                                     // sequence after sequence, so [hd, heads, n] is [hd, heads, seq, batch], and swapping
+                                                     // heads and positions gives attention's [hd, seq, heads, batch] (a view).
+        let per_seq = |g: &mut Graph, t: TensorId, heads: usize| -> Result<TensorId> {
+            let t = g.reshape(t, &[hd, heads, s, shape.batch])?;
+            Ok(g.permute(t, [0, 2, 1, 3])?)
+        };
+        let (qb, kb, vb) = (per_seq(g, q, nh)?, per_seq(g, k, nkv)?, per_seq(g, v, nkv)?);
+        let att = g.flash_attn(qb, kb, vb, Some(mask), None, scale, 0.0)?; // [hd, nh, s, batch]
+        let att = g.reshape(att, &[nh * hd, n])?;
         let o = project(g, p, &mut ad, att, &name("attn_output.weight"))?; // [e, n]
         x = g.add(x, o)?;
         // Feed-forward.
@@ -324,7 +321,12 @@ pub fn build_forward(
     // A trainable head takes the batch whole: in chunks its gradient would be a sum of full
     // [n_embd, n_vocab] partial products, one per chunk (8 × 113 MB for SmolLM2), and full
     // fine-tuning's optimizer state dwarfs the logits it would save.
-    let chunk = if head_trainable { n } else { HEAD_CHUNK };
+    let chunk = if head_trainable {
+        n
+    } else {
+        let lh = g.layout(head);
+        head_chunk(lh.contiguous_bytes(), lh.ne[1])
+    };
     for c0 in (0..n).step_by(chunk) {
         let len = chunk.min(n - c0);
         let hc = g.view(h, &[e, len], &[e * 4], c0 * e * 4)?; // [e, len]
@@ -370,4 +372,18 @@ pub fn build_forward(
         head_grads,
         dropout_seed: ad.seed,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::head_chunk;
+
+    #[test]
+    fn head_chunks_take_at_most_the_heads_bytes() {
+        // SmolLM2's head [576, 49152]: F32, Q8_0 (34 B per 32 values), Q4_1 (20 B per 32).
+        assert_eq!(head_chunk(576 * 49152 * 4, 49152), 512);
+        assert_eq!(head_chunk(576 / 32 * 34 * 49152, 49152), 128);
+        assert_eq!(head_chunk(576 / 32 * 20 * 49152, 49152), 64);
+        assert_eq!(head_chunk(0, 0), 64);
+    }
 }

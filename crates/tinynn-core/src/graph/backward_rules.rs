@@ -135,6 +135,20 @@ impl Graph {
                     Unary::GeluTanh
                 };
                 let (g, u) = (src[0], src[1]);
+                let contiguous = [g, u, dy].iter().all(|&t| self.layout(t).is_contiguous());
+                if node.op == Op::SwiGlu && contiguous {
+                    // One pass for both (the gate's sigmoid once, no intermediates).
+                    let flat = self.swiglu_back(g, u, dy)?;
+                    let ne = self.layout(g).ne;
+                    let nb = Layout::contiguous(GgmlType::F32, ne).nb;
+                    let bytes = self.layout(g).n_elements() * 4;
+                    for (i, offset) in [(0, 0), (1, bytes)] {
+                        if need(i) {
+                            out[i] = Some(self.view(flat, &ne, &nb[1..], offset)?);
+                        }
+                    }
+                    return Ok(out);
+                }
                 if need(0) {
                     let t = self.mul(dy, u)?;
                     out[0] = Some(self.unary_back(act, g, t)?);
@@ -316,6 +330,7 @@ impl Graph {
             | Op::FlashAttnBack { .. }
             | Op::GetRowsBack
             | Op::CrossEntropyLossBack
+            | Op::SwiGluBack
             | Op::MulMatT
             | Op::ViewBack { .. } => return no_rule(" (second derivatives are not supported)"),
         }

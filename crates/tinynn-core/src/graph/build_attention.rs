@@ -160,9 +160,10 @@ impl Graph {
 
     /// Fused attention: for every head h and query i, `softmax(q·kᵀ·scale + mask)·v` over the
     /// first `kv_len` (or all `n_kv`) rows of k and v, with `softcap > 0` applying
-    /// `softcap·tanh(s/softcap)` to the scores. Shapes: q `[D, n_q, H, 1]` F32, k `[D, n_kv, H_kv, 1]`,
-    /// v `[Dv, n_kv, H_kv, 1]` (F32/F16/BF16, contiguous rows, H a multiple of H_kv), mask
-    /// `[n_kv, ≥n_q]` F32, kv_len I32 `[1]`. Result `[Dv, H, n_q, 1]` F32.
+    /// `softcap·tanh(s/softcap)` to the scores. Shapes: q `[D, n_q, H, B]` F32, k `[D, n_kv, H_kv, B]`,
+    /// v `[Dv, n_kv, H_kv, B]` (F32/F16/BF16, contiguous rows, H a multiple of H_kv), mask
+    /// `[n_kv, ≥n_q]` F32 (shared by the B independent batches, e.g. the sequences of a
+    /// training batch), kv_len I32 `[1]`. Result `[Dv, H, n_q, B]` F32.
     #[allow(clippy::too_many_arguments)]
     pub fn flash_attn(
         &mut self,
@@ -182,18 +183,13 @@ impl Graph {
         for (name, l) in [("k", lk), ("v", lv)] {
             if !matches!(l.dtype, GgmlType::F32 | GgmlType::F16 | GgmlType::Bf16)
                 || !l.rows_contiguous()
-                || l.ne[3] != 1
+                || l.ne[3] != lq.ne[3]
             {
-                return err(OP, format!("{name} must be F32/F16/BF16 [dim, n_kv, heads, 1] with contiguous rows, got {} {:?}", l.dtype, l.ne));
+                return err(OP, format!("{name} must be F32/F16/BF16 [dim, n_kv, heads, {}] with contiguous rows, got {} {:?}", lq.ne[3], l.dtype, l.ne));
             }
         }
         let (d, n_q, h) = (lq.ne[0], lq.ne[1], lq.ne[2]);
-        if lq.ne[3] != 1
-            || lk.ne[0] != d
-            || lv.ne[1] != lk.ne[1]
-            || lv.ne[2] != lk.ne[2]
-            || h % lk.ne[2] != 0
-        {
+        if lk.ne[0] != d || lv.ne[1] != lk.ne[1] || lv.ne[2] != lk.ne[2] || h % lk.ne[2] != 0 {
             return err(
                 OP,
                 format!(
@@ -236,6 +232,10 @@ impl Graph {
             has_mask: mask.is_some(),
             has_kv_len: kv_len.is_some(),
         };
-        Ok(self.computed(op, Layout::contiguous(F32, [lv.ne[0], h, n_q, 1]), src))
+        Ok(self.computed(
+            op,
+            Layout::contiguous(F32, [lv.ne[0], h, n_q, lq.ne[3]]),
+            src,
+        ))
     }
 }

@@ -128,7 +128,8 @@ impl Graph {
     }
 
     /// Gradient of `flash_attn(q, k, v, mask, None, scale, softcap)` given `d_out`
-    /// `[Dv, H, n_q, 1]`: one flat F32 tensor holding dq, dk, dv (see [`Op::FlashAttnBack`]).
+    /// `[Dv, H, n_q, B]`: one flat F32 tensor holding dq, dk, dv, each contiguous in its
+    /// tensor's shape (see [`Op::FlashAttnBack`]).
     #[allow(clippy::too_many_arguments)]
     pub fn flash_attn_back(
         &mut self,
@@ -168,6 +169,23 @@ impl Graph {
             has_mask: mask.is_some(),
         };
         Ok(self.computed(op, Layout::contiguous(F32, [n, 1, 1, 1]), src))
+    }
+
+    /// Both gradients of `swiglu(g, u)` given `dy`, in one pass: a flat F32 tensor holding dg
+    /// then du, each contiguous in g's shape ([`Op::SwiGluBack`]). All three must be contiguous
+    /// F32 of one shape.
+    pub fn swiglu_back(&mut self, g: TensorId, u: TensorId, dy: TensorId) -> Result<TensorId> {
+        const OP: &str = "swiglu_back";
+        let l = self.same_shape(OP, g, u)?;
+        self.same_shape(OP, g, dy)?;
+        if [g, u, dy].iter().any(|&t| !self.layout(t).is_contiguous()) {
+            return err(OP, "g, u and dy must be contiguous");
+        }
+        Ok(self.computed(
+            Op::SwiGluBack,
+            Layout::contiguous(F32, [2 * l.n_elements(), 1, 1, 1]),
+            vec![g, u, dy],
+        ))
     }
 
     /// Rows of `dy` `[K, n]` added into rows `indices` (I32 `[n]`) of a zero F32 `[K, n_rows]`.

@@ -121,10 +121,13 @@ fn back_tiled(io: &BackIo, group: usize, ctx: &Ctx<'_>) {
     });
 }
 
+/// `offsets`: where dk and dv start in the output, in elements from dq (one batch of a batched
+/// op); `None`: right after dq and dk.
 pub(crate) fn flash_attn_back(
     scale: f32,
     softcap: f32,
     has_mask: bool,
+    offsets: Option<[usize; 2]>,
     a: &StepArgs<'_>,
     ctx: &Ctx<'_>,
 ) {
@@ -146,8 +149,13 @@ pub(crate) fn flash_attn_back(
         return;
     }
     let out = a.dst.ptr as *mut f32;
-    let (dq_at, dk_at) = (0, at.q.layout.n_elements());
-    let dv_at = dk_at + at.k.layout.n_elements();
+    let (dq_at, [dk_at, dv_at]) = (
+        0,
+        offsets.unwrap_or([
+            at.q.layout.n_elements(),
+            at.q.layout.n_elements() + at.k.layout.n_elements(),
+        ]),
+    );
     if !a.strict && softcap == 0.0 && tiles_fit(&at) {
         let io = BackIo {
             q: at.q,

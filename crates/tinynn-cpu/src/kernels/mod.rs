@@ -197,6 +197,60 @@ impl StepArgs<'_> {
     }
 }
 
+/// Runs an attention kernel once per batch of q's dimension 3 (`Op::FlashAttn` with B
+/// independent batches, and its gradient): q, k, v and the output (or, for `backward`, dO)
+/// are narrowed to batch b; the mask and kv length are shared. The gradient's flat output
+/// holds all of dq, then dk, then dv: `run` gets a pointer to batch b's dq and where its dk
+/// and dv are from there (elements). Every thread walks the batches in the same order, so
+/// the kernels' barriers match, and waits for the others between batches (a kernel's shared
+/// scratch, like the gradient's per-row statistics, serves every batch).
+fn per_batch(
+    a: &StepArgs<'_>,
+    ctx: &Ctx<'_>,
+    backward: bool,
+    run: impl Fn(&StepArgs<'_>, Option<[usize; 2]>),
+) {
+    let batches = a.src(0).layout.ne[3];
+    if batches <= 1 {
+        return run(a, None);
+    }
+    let narrow = |t: RawTensor, b: usize| RawTensor {
+        ptr: t.ptr.wrapping_add(b * t.layout.nb[3]),
+        layout: Layout {
+            ne: [t.layout.ne[0], t.layout.ne[1], t.layout.ne[2], 1],
+            ..t.layout
+        },
+    };
+    let n_src = a.src.iter().take_while(|s| s.is_some()).count();
+    let [nq, nk] = [0, 1].map(|i| a.src(i).layout.n_elements());
+    let [bq, bk, bv] = [0, 1, 2].map(|i| a.src(i).layout.n_elements() / batches);
+    for b in 0..batches {
+        if b > 0 {
+            ctx.barrier();
+        }
+        let mut src = a.src;
+        for (i, s) in src.iter_mut().enumerate().take(n_src) {
+            let is_batched = i < 3 || (backward && i == n_src - 1);
+            if let (true, Some(t)) = (is_batched, *s) {
+                *s = Some(narrow(t, b));
+            }
+        }
+        if backward {
+            let dst = RawTensor {
+                ptr: a.dst.ptr.wrapping_add(b * bq * 4),
+                layout: a.dst.layout,
+            };
+            // dk_b and dv_b, counted from dq_b.
+            let dk = nq - b * bq + b * bk;
+            let dv = nq + nk - b * bq + b * bv;
+            run(&StepArgs { src, dst, ..*a }, Some([dk, dv]));
+        } else {
+            let dst = narrow(a.dst, b);
+            run(&StepArgs { src, dst, ..*a }, None);
+        }
+    }
+}
+
 /// The part of `0..n` thread `ith` of `nth` works on.
 #[inline]
 pub(crate) fn split(n: usize, ith: usize, nth: usize) -> Range<usize> {
@@ -225,6 +279,7 @@ pub(crate) fn compute(a: &StepArgs<'_>, ctx: &Ctx<'_>) {
         Op::Scale(s) => elementwise::scale(s, a, ctx),
         Op::Dropout { p, salt } => train::dropout(p, salt, a, ctx),
         Op::SwiGlu => elementwise::swiglu(a, ctx),
+        Op::SwiGluBack => train_back::swiglu_back(a, ctx),
         Op::GeGlu => elementwise::geglu(a, ctx),
         Op::RmsNorm { eps } => norm::rms_norm(eps, a, ctx),
         Op::LayerNorm {
@@ -247,7 +302,9 @@ pub(crate) fn compute(a: &StepArgs<'_>, ctx: &Ctx<'_>) {
             softcap,
             has_mask,
             has_kv_len,
-        } => attention::flash_attn(scale, softcap, has_mask, has_kv_len, a, ctx),
+        } => per_batch(a, ctx, false, |a, _| {
+            attention::flash_attn(scale, softcap, has_mask, has_kv_len, a, ctx)
+        }),
         Op::GetRows => rows::get_rows(a, ctx),
         Op::SetRows => rows::set_rows(a, ctx),
         Op::Cpy => copy::cpy(a.src(0), a.dst, a, ctx),
@@ -289,7 +346,9 @@ pub(crate) fn compute(a: &StepArgs<'_>, ctx: &Ctx<'_>) {
             scale,
             softcap,
             has_mask,
-        } => attention_back::flash_attn_back(scale, softcap, has_mask, a, ctx),
+        } => per_batch(a, ctx, true, |a, at| {
+            attention_back::flash_attn_back(scale, softcap, has_mask, at, a, ctx)
+        }),
         Op::GetRowsBack => train_back::get_rows_back(a, ctx),
         Op::CrossEntropyLossBack => train_back::cross_entropy_loss_back(a, ctx),
         Op::MulMatT => matmul_back::mul_mat_t(a, ctx),

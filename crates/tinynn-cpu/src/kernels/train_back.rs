@@ -65,6 +65,32 @@ pub(crate) fn unary_back(u: Unary, a: &StepArgs<'_>, ctx: &Ctx<'_>) {
     });
 }
 
+/// `Op::SwiGluBack`: dg then du into the flat output, this thread's share of the elements.
+pub(crate) fn swiglu_back(a: &StepArgs<'_>, ctx: &Ctx<'_>) {
+    let (g, u, dy) = (a.src(0), a.src(1), a.src(2));
+    let n = g.layout.n_elements();
+    let r = split(n, ctx.ith, ctx.nth);
+    let (gp, up, dp) = (
+        g.row_f32_ptr(0, 0, 0),
+        u.row_f32_ptr(0, 0, 0),
+        dy.row_f32_ptr(0, 0, 0),
+    );
+    let out = a.dst.row_f32_ptr(0, 0, 0);
+    // SAFETY: g, u, dy are contiguous F32 of n values and the output holds 2n (builder-checked);
+    // elements r of each part are this thread's.
+    unsafe {
+        crate::simd::vexp::swiglu_back_row(
+            gp.add(r.start),
+            up.add(r.start),
+            dp.add(r.start),
+            out.add(r.start),
+            out.add(n + r.start),
+            r.len(),
+            a.strict,
+        )
+    };
+}
+
 pub(crate) fn reduce_to(a: &StepArgs<'_>, ctx: &Ctx<'_>) {
     let x = a.src(0);
     let (nd, nx) = (a.dst.layout.ne, x.layout.ne);

@@ -223,6 +223,108 @@ unsafe fn silu_back_avx512(x: *const f32, dy: *const f32, out: *mut f32, n: usiz
     i
 }
 
+/// SwiGLU's gradients over `n` values: `dg = (dy·u)·silu'(g)` and `du = dy·silu(g)`, the
+/// sigmoid in f64 (the product `dy·u` in f32, as the separate ops rounded it). `strict`: the
+/// scalar formula only.
+///
+/// # Safety
+/// `g`, `u`, `dy`, `dg` and `du` point to `n` f32s; the outputs overlap no input.
+pub(crate) unsafe fn swiglu_back_row(
+    g: *const f32,
+    u: *const f32,
+    dy: *const f32,
+    dg: *mut f32,
+    du: *mut f32,
+    n: usize,
+    strict: bool,
+) {
+    let mut i = 0;
+    #[cfg(target_arch = "x86_64")]
+    if available() && !strict {
+        // SAFETY: AVX-512F checked; pointers from the caller.
+        i = unsafe { swiglu_back_avx512(g, u, dy, dg, du, n) };
+    }
+    for j in i..n {
+        // SAFETY: j < n.
+        unsafe {
+            let (a, b) = swiglu_back_one(*g.add(j), *u.add(j), *dy.add(j));
+            *dg.add(j) = a;
+            *du.add(j) = b;
+        }
+    }
+}
+
+/// The scalar reference of [`swiglu_back_row`] for one value: `(dg, du)`.
+pub fn swiglu_back_one(g: f32, u: f32, dy: f32) -> (f32, f32) {
+    let x = f64::from(g);
+    let s = 1.0 / (1.0 + (-x).exp());
+    let t = f64::from(dy * u);
+    (
+        (t * (s * (1.0 + x * (1.0 - s)))) as f32,
+        (f64::from(dy) * (x * s)) as f32,
+    )
+}
+
+/// [`swiglu_back_row`] for slices (tests of the SIMD path against [`swiglu_back_one`]).
+pub fn swiglu_back_slices(g: &[f32], u: &[f32], dy: &[f32], dg: &mut [f32], du: &mut [f32]) {
+    let n = g.len();
+    assert!(u.len() == n && dy.len() == n && dg.len() == n && du.len() == n);
+    // SAFETY: five slices of n values; the outputs are distinct mutable slices.
+    unsafe {
+        swiglu_back_row(
+            g.as_ptr(),
+            u.as_ptr(),
+            dy.as_ptr(),
+            dg.as_mut_ptr(),
+            du.as_mut_ptr(),
+            n,
+            false,
+        )
+    };
+}
+
+/// Whole 8-value chunks of [`swiglu_back_row`]; returns how many values it did. Chunks with a
+/// `g` below −100 (where the vector exp clamps) go through the scalar formula.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn swiglu_back_avx512(
+    g: *const f32,
+    u: *const f32,
+    dy: *const f32,
+    dg: *mut f32,
+    du: *mut f32,
+    n: usize,
+) -> usize {
+    let one = _mm512_set1_pd(1.0);
+    let mut i = 0;
+    while i + 8 <= n {
+        // SAFETY: i + 8 ≤ n values at each pointer; AVX-512F is enabled here.
+        unsafe {
+            let x32 = _mm256_loadu_ps(g.add(i));
+            let x = _mm512_cvtps_pd(x32);
+            if _mm512_cmp_pd_mask::<_CMP_LT_OQ>(x, _mm512_set1_pd(-100.0)) != 0 {
+                for j in i..i + 8 {
+                    let (a, b) = swiglu_back_one(*g.add(j), *u.add(j), *dy.add(j));
+                    *dg.add(j) = a;
+                    *du.add(j) = b;
+                }
+            } else {
+                let d32 = _mm256_loadu_ps(dy.add(i));
+                let t = _mm512_cvtps_pd(_mm256_mul_ps(d32, _mm256_loadu_ps(u.add(i))));
+                let e = exp8_f64(_mm512_sub_pd(_mm512_setzero_pd(), x));
+                let s = _mm512_div_pd(one, _mm512_add_pd(one, e));
+                let d = _mm512_mul_pd(s, _mm512_fmadd_pd(x, _mm512_sub_pd(one, s), one));
+                _mm256_storeu_ps(dg.add(i), _mm512_cvtpd_ps(_mm512_mul_pd(t, d)));
+                let silu = _mm512_mul_pd(x, s);
+                let dyd = _mm512_cvtps_pd(d32);
+                _mm256_storeu_ps(du.add(i), _mm512_cvtpd_ps(_mm512_mul_pd(dyd, silu)));
+            }
+        }
+        i += 8;
+    }
+    i
+}
+
 /// `out[i] = silu(g[i]) · u[i]` (SwiGLU) over `n` values; `out` may be `g` or `u`.
 ///
 /// # Safety
