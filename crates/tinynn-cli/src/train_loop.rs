@@ -256,7 +256,7 @@ pub fn train(
     let m = trainer.memory();
     let mib = |b: usize| b as f64 / (1024.0 * 1024.0);
     eprintln!(
-        "memory: {:.0} MiB planned (arenas: grad {:.0}, eval {:.0}, update {:.0}; parameters {:.0}, gradients {:.0}, optimizer {:.0}, frozen base {:.0} + packed {:.0})",
+        "memory: {:.1} MiB planned (arenas: grad {:.1}, eval {:.1}, update {:.1}; parameters {:.1}, gradients {:.1}, optimizer {:.1}, frozen base {:.1} + packed {:.1})",
         mib(m.total()),
         mib(m.grad_arena),
         mib(m.eval_arena),
@@ -297,6 +297,15 @@ pub fn train(
     let mut last_saved = None;
     let mut last_loss = f32::NAN;
     let first_step = trainer.steps_taken();
+    // A fresh run scores the held-out split once before training: the baseline to beat.
+    let before = if first_step == 0 {
+        evaluate(trainer, batcher, args.eval_batches)?
+    } else {
+        None
+    };
+    if let Some(b) = before {
+        say(&bar, &format!("held-out loss before training {b:.4}"));
+    }
     while trainer.steps_taken() < args.steps {
         if stop.load(Ordering::SeqCst) {
             let path = ctx.save(trainer, batcher)?;
@@ -401,7 +410,11 @@ pub fn train(
         "{steps_run} steps in {secs:.1} s ({:.3} steps/s, {:.0} tokens/s); last loss {last_loss:.4}{}",
         steps_run as f64 / secs.max(1e-9),
         tokens as f64 / secs.max(1e-9),
-        eval.map_or(String::new(), |e| format!(", held-out loss {e:.4}"))
+        match (before, eval) {
+            (Some(b), Some(e)) => format!(", held-out loss {b:.4} -> {e:.4}"),
+            (_, Some(e)) => format!(", held-out loss {e:.4}"),
+            _ => String::new(),
+        }
     );
     export(trainer, dir, output, args.export_type())?;
     write_plot(dir, &metrics_path);

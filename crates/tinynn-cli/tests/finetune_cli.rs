@@ -98,7 +98,17 @@ fn lora_finetune_resume_and_run_with_the_adapter() {
     ] {
         assert!(full.join(f).is_file(), "{f} missing; {}", out.stderr);
     }
-    assert!(out.stderr.contains("held-out loss"), "{}", out.stderr);
+    // The baseline before training, then before -> after.
+    assert!(
+        out.stderr.contains("held-out loss before training"),
+        "{}",
+        out.stderr
+    );
+    assert!(
+        out.stderr.contains("held-out loss") && out.stderr.contains(" -> "),
+        "{}",
+        out.stderr
+    );
     assert!(out.max_rss < 1 << 30, "peak RSS {} bytes", out.max_rss);
     let full_losses = losses(&full);
     assert_eq!(full_losses.len(), 6);
