@@ -266,25 +266,26 @@ impl<'w> Memory<'w> {
             return false;
         }
         let g = plan.graph();
-        let only_products = g.nodes().iter().enumerate().all(|(i, n)| {
+        g.nodes().iter().enumerate().all(|(i, n)| {
             let reads = n.src.iter().position(|&s| s == t);
             let aliases = matches!(n.mem, tinynn_core::graph::Mem::Alias { base, .. } if base == t);
-            if aliases {
-                return false;
+            if reads.is_none() && !aliases {
+                return true;
             }
-            match (reads, n.op) {
-                (None, _) => true,
-                (Some(0), Op::MulMatT) => !n.src[1..].contains(&t),
-                (Some(0), Op::MulMat) => {
+            // A node the plan never runs (not needed for its outputs) reads nothing.
+            if plan.location(TensorId(i as u32)).is_none() {
+                return true;
+            }
+            match (aliases, reads, n.op) {
+                (false, Some(0), Op::MulMatT) => !n.src[1..].contains(&t),
+                (false, Some(0), Op::MulMat) => {
                     !n.src[1..].contains(&t)
                         && g.layout(n.src[1]).dtype == GgmlType::F32
                         && n.layout.is_contiguous()
-                        && plan.location(TensorId(i as u32)).is_some()
                 }
                 _ => false,
             }
-        });
-        only_products
+        })
     }
 
     pub fn persistent_mut(&mut self, plan: &Plan, t: TensorId) -> Result<&mut [u8], MemoryError> {
