@@ -164,17 +164,16 @@ impl Job<'_> {
                 None => (std::ptr::null_mut(), 0),
             };
             let packed = match (node.op, node.src.first()) {
-                (tinynn_core::ops::Op::MulMat | tinynn_core::ops::Op::MulMatT, Some(&w))
-                    if !self.strict =>
-                {
-                    match self.plan.location(w).map(|l| l.region) {
-                        Some(Region::Weight(i)) => self.packed[i as usize].as_deref(),
-                        Some(Region::Persistent(i)) => {
-                            self.packed_persistent[i as usize].as_deref()
-                        }
-                        _ => None,
-                    }
-                }
+                (
+                    tinynn_core::ops::Op::MulMat
+                    | tinynn_core::ops::Op::MulMatT
+                    | tinynn_core::ops::Op::GetRows,
+                    Some(&w),
+                ) if !self.strict => match self.plan.location(w).map(|l| l.region) {
+                    Some(Region::Weight(i)) => self.packed[i as usize].as_deref(),
+                    Some(Region::Persistent(i)) => self.packed_persistent[i as usize].as_deref(),
+                    _ => None,
+                },
                 _ => None,
             };
             let args = StepArgs {

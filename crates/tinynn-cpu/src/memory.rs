@@ -241,10 +241,10 @@ impl<'w> Memory<'w> {
 
     /// Frees the bytes of persistent tensor `t` when its packed copy can stand in for them:
     /// a copy is bound and every step of `plan` reads `t` only as the weight of a matrix
-    /// product (`mul_mat` of F32 activations into a contiguous result, or `mul_mat_t`), which
-    /// read the packed copy (`PackedWeight::unpack_row` gives the bytes back). Returns whether
-    /// it did; a tensor read any other way (an embedding lookup) keeps its bytes. The memory
-    /// then only runs on a non-strict executor.
+    /// product (`mul_mat` of F32 activations into a contiguous result, or `mul_mat_t`) or as
+    /// the table of `get_rows`, which read the packed copy (`PackedWeight::unpack_row` gives the
+    /// bytes back). Returns whether it did; a tensor read any other way keeps its bytes. The
+    /// memory then only runs on a non-strict executor.
     pub fn drop_packed_source(&mut self, plan: &Plan, t: TensorId) -> Result<bool, MemoryError> {
         let Some(Region::Persistent(slot)) = plan.location(t).map(|l| l.region) else {
             return Err(MemoryError::NotPersistent(Memory::name(plan, t)));
@@ -277,7 +277,7 @@ impl<'w> Memory<'w> {
                 return true;
             }
             match (aliases, reads, n.op) {
-                (false, Some(0), Op::MulMatT) => !n.src[1..].contains(&t),
+                (false, Some(0), Op::MulMatT | Op::GetRows) => !n.src[1..].contains(&t),
                 (false, Some(0), Op::MulMat) => {
                     !n.src[1..].contains(&t)
                         && g.layout(n.src[1]).dtype == GgmlType::F32

@@ -281,9 +281,10 @@ fn unpacking_gives_back_the_file_bytes() {
     }
 }
 
-/// A frozen persistent weight read only by products (`mul_mat`, `mul_mat_t`) can drop its
-/// bytes for its packed copy, and both products give the same numbers as before; a weight an
-/// embedding lookup reads keeps its bytes; a strict executor refuses a memory without them.
+/// A frozen persistent weight read only by products (`mul_mat`, `mul_mat_t`) and row lookups
+/// can drop its bytes for its packed copy, and all three give the same numbers as before; a
+/// weight read another way (a copy) keeps its bytes; a strict executor refuses a memory
+/// without them.
 #[test]
 fn a_packed_copy_can_stand_in_for_dropped_bytes() {
     if !packed::available() {
@@ -291,24 +292,30 @@ fn a_packed_copy_can_stand_in_for_dropped_bytes() {
     }
     let (k, n, m) = (64, 40, 5);
     let w = quantized(GgmlType::Q4_1, k, n, 21);
-    let build = |lookup: bool| {
+    let build = |copied: bool| {
         let mut g = Graph::new();
         let wt = g.persistent("w", GgmlType::Q4_1, &[k, n]).unwrap();
         let x = g.input("x", GgmlType::F32, &[k, m]).unwrap();
         let dy = g.input("dy", GgmlType::F32, &[n, m]).unwrap();
         let y = g.mul_mat(wt, x).unwrap(); // [n, m]
         let dx = g.mul_mat_t(wt, dy).unwrap(); // [k, m]
+        let ids = g.input("ids", GgmlType::I32, &[3]).unwrap();
+        let rows = g.get_rows(wt, ids).unwrap(); // [k, 3]
         let out = g.concat(y, dx, 0).unwrap();
-        if lookup {
-            let ids = g.input("ids", GgmlType::I32, &[2]).unwrap();
-            let rows = g.get_rows(wt, ids).unwrap(); // [k, 2]
-            g.set_output(rows).unwrap();
+        let out = g.reshape(out, &[(n + k) * m]).unwrap();
+        let rows = g.reshape(rows, &[k * 3]).unwrap();
+        let out = g.concat(out, rows, 0).unwrap();
+        if copied {
+            let f = g.input("f", GgmlType::F32, &[k, n]).unwrap();
+            let c = g.cpy(wt, f).unwrap();
+            g.set_output(c).unwrap();
         }
         g.set_output(out).unwrap();
-        (Plan::compile(g), wt, x, dy, out)
+        (Plan::compile(g), wt, x, dy, ids, out)
     };
-    let (plan, wt, x, dy, out) = build(false);
+    let (plan, wt, x, dy, ids, out) = build(false);
     let run = |mem: &mut Memory<'_>, strict: bool| {
+        mem.write_i32(&plan, ids, &[39, 0, 17]).unwrap();
         mem.write_f32(&plan, x, &noise(k * m, 3)).unwrap();
         mem.write_f32(&plan, dy, &noise(n * m, 4)).unwrap();
         let opts = tinynn_cpu::ExecOptions {

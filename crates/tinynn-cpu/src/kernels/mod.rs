@@ -173,7 +173,8 @@ pub(crate) const MAX_SRC: usize = 6;
 /// Everything one step needs.
 pub(crate) struct StepArgs<'a> {
     pub op: Op,
-    /// A packed copy of source 0 when it is a weight that has one (matrix products only).
+    /// A packed copy of source 0 when it is a weight that has one (matrix products and row
+    /// lookups; the latter read the same values from it).
     pub packed: Option<&'a crate::packed::PackedWeight>,
     pub dst: RawTensor,
     pub src: [Option<RawTensor>; MAX_SRC],

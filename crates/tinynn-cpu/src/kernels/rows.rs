@@ -19,9 +19,16 @@ pub(crate) fn get_rows(a: &StepArgs<'_>, ctx: &Ctx<'_>) {
             a.errors.record(ERR_INDEX, r as u32);
             continue;
         }
-        // SAFETY: 0 <= r < ne1 and the table's rows are contiguous.
-        let src = unsafe { table.row(r as usize, 0, 0) };
-        if quant::dequantize_row(table.layout.dtype, src, out).is_err() {
+        let ok = match a.packed {
+            // The same values from the packed copy (its bytes may be gone).
+            Some(p) => p.dequantize_row(r as usize, out),
+            None => {
+                // SAFETY: 0 <= r < ne1 and the table's rows are contiguous.
+                let src = unsafe { table.row(r as usize, 0, 0) };
+                quant::dequantize_row(table.layout.dtype, src, out).is_ok()
+            }
+        };
+        if !ok {
             a.errors.record(ERR_KERNEL, 0);
         }
     }
