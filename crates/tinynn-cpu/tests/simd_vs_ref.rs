@@ -175,3 +175,19 @@ fn swiglu_back_matches_its_scalar_formula() {
         }
     }
 }
+
+/// The lane-parallel row maximum equals a plain fold, NaNs ignored, on lengths around its
+/// 16-value chunks.
+#[test]
+fn row_max_equals_a_fold() {
+    use tinynn_cpu::simd::vexp::row_max;
+    let mut rng = common::Rng::new(4);
+    for n in [0, 1, 15, 16, 17, 33, 49152] {
+        let mut row: Vec<f32> = rng.vec(n).iter().map(|v| v * 100.0).collect();
+        if n > 3 {
+            row[n / 2] = f32::NAN;
+        }
+        let want = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+        assert_eq!(row_max(&row).to_bits(), want.to_bits(), "n {n}");
+    }
+}

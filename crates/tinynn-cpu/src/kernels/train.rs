@@ -27,7 +27,7 @@ pub(crate) fn cross_entropy_loss(a: &StepArgs<'_>, ctx: &Ctx<'_>) {
             let (i1, i2, i3) = super::row_index(&logits.layout, r);
             // SAFETY: contiguous F32 rows (builder-checked).
             let row = unsafe { logits.row_f32(i1, i2, i3) };
-            let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+            let max = crate::simd::vexp::row_max(row);
             let sum: f64 = if a.strict {
                 row.iter().map(|&x| f64::from(x - max).exp()).sum()
             } else {

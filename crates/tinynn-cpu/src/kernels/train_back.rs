@@ -175,11 +175,24 @@ fn for_my_rows(a: &StepArgs<'_>, ctx: &Ctx<'_>, f: impl Fn(&[f32], &[f32], &mut 
     }
 }
 
+/// `Σ a·b` in f64, in eight interleaved partial sums (independent add chains: a row runs at
+/// the loads' speed, not one add latency per element), combined pairwise; the order is fixed.
 fn dot64(a: &[f32], b: &[f32]) -> f64 {
-    a.iter()
-        .zip(b)
+    let mut acc = [0f64; 8];
+    let (ca, cb) = (a.chunks_exact(8), b.chunks_exact(8));
+    let tail: f64 = ca
+        .remainder()
+        .iter()
+        .zip(cb.remainder())
         .map(|(&p, &q)| f64::from(p) * f64::from(q))
-        .sum()
+        .sum();
+    for (x, y) in ca.zip(cb) {
+        for ((s, &p), &q) in acc.iter_mut().zip(x).zip(y) {
+            *s += f64::from(p) * f64::from(q);
+        }
+    }
+    let a4 = [0, 1, 2, 3].map(|i| acc[i] + acc[i + 4]);
+    (a4[0] + a4[2]) + (a4[1] + a4[3]) + tail
 }
 
 /// `dx = r·dy − r³·x·mean(x·dy)` with `r = 1/sqrt(mean(x²) + eps)`.
@@ -294,7 +307,7 @@ pub(crate) fn cross_entropy_loss_back(a: &StepArgs<'_>, ctx: &Ctx<'_>) {
             out.fill(0.0);
             continue;
         }
-        let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+        let max = crate::simd::vexp::row_max(row);
         if a.strict {
             let sum: f64 = row.iter().map(|&x| f64::from(x - max).exp()).sum();
             for (j, (o, &x)) in out.iter_mut().zip(row).enumerate() {

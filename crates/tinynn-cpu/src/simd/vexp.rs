@@ -325,6 +325,25 @@ unsafe fn swiglu_back_avx512(
     i
 }
 
+/// The largest value of `row` (NaNs ignored, −∞ for an empty row), in 16 independent lanes so
+/// the compiler keeps it in vector max instructions instead of one dependent compare per value.
+pub fn row_max(row: &[f32]) -> f32 {
+    let mut m = [f32::NEG_INFINITY; 16];
+    let chunks = row.chunks_exact(16);
+    let tail = chunks
+        .remainder()
+        .iter()
+        .fold(f32::NEG_INFINITY, |a, &v| if v > a { v } else { a });
+    for c in chunks {
+        for (a, &v) in m.iter_mut().zip(c) {
+            if v > *a {
+                *a = v;
+            }
+        }
+    }
+    m.iter().fold(tail, |a, &v| if v > a { v } else { a })
+}
+
 /// `out[i] = silu(g[i]) · u[i]` (SwiGLU) over `n` values; `out` may be `g` or `u`.
 ///
 /// # Safety
