@@ -127,6 +127,8 @@ struct Job<'a> {
     n_weights: usize,
     packed: &'a [Option<std::sync::Arc<crate::packed::PackedWeight>>],
     packed_persistent: &'a [Option<std::sync::Arc<crate::packed::PackedWeight>>],
+    /// Per persistent slot: only the packed copy is there (`Memory::drop_packed_source`).
+    packed_only: &'a [bool],
     errors: &'a RunErrors,
     strict: bool,
     bf16_matmul: bool,
@@ -176,9 +178,17 @@ impl Job<'_> {
                 },
                 _ => None,
             };
+            let source_dropped = match node.src.first() {
+                Some(&s) => match self.plan.location(s).map(|l| l.region) {
+                    Some(Region::Persistent(i)) => self.packed_only[i as usize],
+                    _ => false,
+                },
+                None => false,
+            };
             let args = StepArgs {
                 op: node.op,
                 packed,
+                source_dropped,
                 dst: self.raw(step.node),
                 src,
                 work,
@@ -288,6 +298,7 @@ impl Executor {
             n_weights: mem.weights.len(),
             packed: &mem.packed,
             packed_persistent: &mem.packed_persistent,
+            packed_only: &mem.packed_only,
             errors: &self.errors,
             strict: self.strict,
             bf16_matmul: self.bf16_matmul,

@@ -277,7 +277,15 @@ impl<'w> Memory<'w> {
                 return true;
             }
             match (aliases, reads, n.op) {
-                (false, Some(0), Op::MulMatT | Op::GetRows) => !n.src[1..].contains(&t),
+                (false, Some(0), Op::GetRows) => !n.src[1..].contains(&t),
+                // The dequantizing path of `mul_mat_t` (2-D, contiguous result).
+                (false, Some(0), Op::MulMatT) => {
+                    let ld = g.layout(n.src[1]);
+                    !n.src[1..].contains(&t)
+                        && ld.ne[2] == 1
+                        && ld.ne[3] == 1
+                        && n.layout.is_contiguous()
+                }
                 (false, Some(0), Op::MulMat) => {
                     !n.src[1..].contains(&t)
                         && g.layout(n.src[1]).dtype == GgmlType::F32
@@ -370,9 +378,12 @@ impl<'w> Memory<'w> {
             _ => Err(MemoryError::NotPersistent(Memory::name(p, t))),
         };
         let (a, b) = (slot(plan, t)?, slot(other_plan, other_t)?);
-        if self.packed_only[a] && other.packed_only[b] {
+        match (self.packed_only[a], other.packed_only[b]) {
             // Both read the one packed copy; there are no bytes to lend.
-            return Ok(());
+            (true, true) => return Ok(()),
+            (false, false) => {}
+            // One side would receive no bytes for a tensor it reads as bytes.
+            _ => return Err(MemoryError::PackedOnly(Memory::name(plan, t))),
         }
         // Each side must receive a buffer of its tensor's size (or give away a placeholder).
         let need_a = plan.graph().layout(t).contiguous_bytes();

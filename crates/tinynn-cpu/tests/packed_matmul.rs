@@ -339,6 +339,12 @@ fn a_packed_copy_can_stand_in_for_dropped_bytes() {
     assert_eq!(run(&mut dropped, false).unwrap(), want);
     let e = run(&mut dropped, true).unwrap_err();
     assert!(e.to_string().contains("packed copy"), "{e}");
+    // Lending between a memory without the bytes and one that reads them is refused.
+    let mut other = Memory::new(&plan);
+    let e = dropped
+        .swap_persistent(&plan, wt, &mut other, &plan, wt)
+        .unwrap_err();
+    assert!(e.to_string().contains("packed copy"), "{e}");
 
     let (plan, wt, ..) = build(true);
     let mut mem = Memory::new(&plan);

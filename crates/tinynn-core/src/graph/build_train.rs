@@ -47,12 +47,11 @@ impl Graph {
         labels: TensorId,
         norm: TensorId,
     ) -> Result<TensorId> {
-        let loss = self.cross_entropy_loss(logits, labels)?;
         let ln = self.f32_operand("cross_entropy_loss", norm)?;
         if ln.n_elements() != 1 || !ln.is_contiguous() {
-            self.nodes.pop();
             return err("cross_entropy_loss", "the divisor must be F32 [1]");
         }
+        let loss = self.cross_entropy_loss(logits, labels)?;
         self.nodes[loss.index()].src.push(norm);
         Ok(loss)
     }

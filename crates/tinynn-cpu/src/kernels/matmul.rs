@@ -102,6 +102,11 @@ pub(crate) fn mul_mat(a: &StepArgs<'_>, ctx: &Ctx<'_>) {
             return mul_mat_packed(p, a, ctx);
         }
     }
+    if a.source_dropped {
+        // Only the packed copy is left and it could not take this product (a planner bug).
+        a.errors.record(ERR_KERNEL, 0);
+        return;
+    }
     if gemm_fits(&[&dst, &w, &x]) {
         // dst(n, mi) = Σ_k W(k, n) · x(k, mi): A = W (transposed packing), B = x's rows.
         let [n_out, m, c2, c3] = dst.layout.ne;

@@ -32,9 +32,9 @@ pub(crate) fn mul_mat_t(a: &StepArgs<'_>, ctx: &Ctx<'_>) {
     if !a.strict && quantized_fits(a, &w, &dy, &dst) {
         return mul_mat_t_dequantized(a, ctx);
     }
-    if a.packed.is_some() {
-        // A packed copy may stand in for bytes that are gone (`Memory::drop_packed_source`);
-        // the planner always sizes the panel, so this is a bug, not a user error.
+    if a.source_dropped {
+        // Only the packed copy is left (`Memory::drop_packed_source` checks that this product
+        // takes the path above); reading the bytes is not an option.
         a.errors.record(ERR_KERNEL, 0);
         return;
     }

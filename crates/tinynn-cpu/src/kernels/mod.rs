@@ -176,6 +176,9 @@ pub(crate) struct StepArgs<'a> {
     /// A packed copy of source 0 when it is a weight that has one (matrix products and row
     /// lookups; the latter read the same values from it).
     pub packed: Option<&'a crate::packed::PackedWeight>,
+    /// Source 0's bytes are gone: only `packed` holds its values (a kernel that cannot use
+    /// `packed` must report an error rather than read the bytes).
+    pub source_dropped: bool,
     pub dst: RawTensor,
     pub src: [Option<RawTensor>; MAX_SRC],
     pub work: *mut u8,

@@ -8,8 +8,11 @@ use tinynn_core::ops::{dropout_bits, dropout_threshold, DROPOUT_INDEX_MUL, DROPO
 pub fn dropout_run(x: &[f32], out: &mut [f32], seed: u64, salt: u32, first: u64, p: f32) {
     assert_eq!(x.len(), out.len());
     #[cfg(target_arch = "x86_64")]
-    if super::Isa::detected() >= super::Isa::Avx512Vnni && is_x86_feature_detected!("avx512dq") {
-        // SAFETY: AVX-512 F and DQ are present (checked above); the slices have equal lengths.
+    if super::Isa::detected() >= super::Isa::Avx512Vnni
+        && is_x86_feature_detected!("avx512dq")
+        && is_x86_feature_detected!("avx512vl")
+    {
+        // SAFETY: AVX-512 F, DQ and VL are present (checked above); the slices have equal lengths.
         unsafe { dropout_avx512(x, out, seed, salt, first, p) };
         return;
     }
@@ -20,7 +23,7 @@ pub fn dropout_run(x: &[f32], out: &mut [f32], seed: u64, salt: u32, first: u64,
 pub fn dropout_run_ref(x: &[f32], out: &mut [f32], seed: u64, salt: u32, first: u64, p: f32) {
     let (keep, t) = (1.0 / (1.0 - p), dropout_threshold(p));
     for (j, (o, &v)) in out.iter_mut().zip(x).enumerate() {
-        *o = if dropout_bits(seed, salt, first + j as u64) < t {
+        *o = if dropout_bits(seed, salt, first.wrapping_add(j as u64)) < t {
             0.0
         } else {
             v * keep
@@ -29,7 +32,7 @@ pub fn dropout_run_ref(x: &[f32], out: &mut [f32], seed: u64, salt: u32, first: 
 }
 
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f,avx512dq")]
+#[target_feature(enable = "avx512f,avx512dq,avx512vl")]
 unsafe fn dropout_avx512(x: &[f32], out: &mut [f32], seed: u64, salt: u32, first: u64, p: f32) {
     use std::arch::x86_64::*;
     let (keep, t) = (1.0 / (1.0 - p), dropout_threshold(p));
@@ -63,5 +66,12 @@ unsafe fn dropout_avx512(x: &[f32], out: &mut [f32], seed: u64, salt: u32, first
         unsafe { _mm256_storeu_ps(out.as_mut_ptr().add(j), r) };
         j += 8;
     }
-    dropout_run_ref(&x[j..], &mut out[j..], seed, salt, first + j as u64, p);
+    dropout_run_ref(
+        &x[j..],
+        &mut out[j..],
+        seed,
+        salt,
+        first.wrapping_add(j as u64),
+        p,
+    );
 }
