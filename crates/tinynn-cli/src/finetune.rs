@@ -9,7 +9,7 @@ use serde_json::json;
 use tinynn_train::{LoraConfig, Targets, Trainer};
 
 use crate::model::Model;
-use crate::train_data::{self, Tokenization};
+use crate::train_data::Tokenization;
 use crate::train_loop::{self, LoopArgs, Output};
 
 #[derive(Args)]
@@ -51,7 +51,7 @@ pub fn run(args: &FinetuneArgs) -> Result<()> {
     let tokenizer = model.tokenizer()?;
     let vocab = model.vocab(&tokenizer)?;
     let la = &args.train;
-    let template = if la.data.extension().is_some_and(|e| e == "jsonl") {
+    let template = if la.chat_data() {
         Some(crate::chat::template(
             &model,
             &tokenizer,
@@ -75,16 +75,11 @@ pub fn run(args: &FinetuneArgs) -> Result<()> {
     let cfg = la.train_config(lora);
     let mut trainer =
         Trainer::new(model.source(), cfg).with_context(|| format!("loading {}", path.display()))?;
-    let source = train_data::open(
-        &la.data,
-        la.seq,
-        &Tokenization {
-            tokenizer: &tokenizer,
-            template: template.as_ref(),
-            n_vocab: trainer.hparams().n_vocab,
-        },
-    )?;
-    let mut batcher = la.batcher(source)?;
+    let mut batcher = la.batcher(&Tokenization {
+        tokenizer: &tokenizer,
+        template: template.as_ref(),
+        n_vocab: trainer.hparams().n_vocab,
+    })?;
     let run = la.identity(json!({
         "kind": "finetune",
         "model": path.display().to_string(),

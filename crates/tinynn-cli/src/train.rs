@@ -19,7 +19,7 @@ use tinynn_models::tokenizer::Tokenizer;
 use tinynn_models::vocab::Vocab;
 use tinynn_train::{TrainSource, Trainer};
 
-use crate::train_data::{self, Tokenization};
+use crate::train_data::Tokenization;
 use crate::train_loop::{self, LoopArgs, Output};
 
 #[derive(Args)]
@@ -186,7 +186,7 @@ pub fn run(args: &TrainArgs) -> Result<()> {
             vocab.len()
         );
     }
-    let template = if la.data.extension().is_some_and(|e| e == "jsonl") {
+    let template = if la.chat_data() {
         let model = crate::model::Model::Gguf(GgufFile::open(&tok_path)?);
         Some(crate::chat::template(
             &model,
@@ -207,16 +207,11 @@ pub fn run(args: &TrainArgs) -> Result<()> {
         cfg,
     )?;
     trainer.set_export_metadata(meta);
-    let source = train_data::open(
-        &la.data,
-        la.seq,
-        &Tokenization {
-            tokenizer: &tokenizer,
-            template: template.as_ref(),
-            n_vocab: trainer.hparams().n_vocab,
-        },
-    )?;
-    let mut batcher = la.batcher(source)?;
+    let mut batcher = la.batcher(&Tokenization {
+        tokenizer: &tokenizer,
+        template: template.as_ref(),
+        n_vocab: trainer.hparams().n_vocab,
+    })?;
     let run = la.identity(json!({
         "kind": "train",
         "config": serde_json::from_str::<serde_json::Value>(&text)?,

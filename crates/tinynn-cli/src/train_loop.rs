@@ -13,7 +13,7 @@ use clap::{Args, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
 use tinynn_format::GgmlType;
 use tinynn_train::checkpoint::{self, Checkpoint, CheckpointMeta, SaveOptions, TensorRef};
-use tinynn_train::data::{BatchConfig, Batcher, EvalSplit, Sequences};
+use tinynn_train::data::{BatchConfig, Batcher, EvalSplit};
 use tinynn_train::metrics::{self, MetricsLog, StepMetrics};
 use tinynn_train::rng::Rng;
 use tinynn_train::schedule::Schedule;
@@ -186,8 +186,14 @@ impl LoopArgs {
         Ok(s)
     }
 
-    /// The batcher over `source`.
-    pub fn batcher(&self, source: Box<dyn Sequences>) -> Result<Batcher> {
+    /// Whether the data file holds chat samples (`.jsonl`), which need a chat template.
+    pub fn chat_data(&self) -> bool {
+        self.data.extension().is_some_and(|e| e == "jsonl")
+    }
+
+    /// The data file, tokenized as `tok` says, and the batcher over it.
+    pub fn batcher(&self, tok: &crate::train_data::Tokenization<'_>) -> Result<Batcher> {
+        let source = crate::train_data::open(&self.data, self.seq, tok)?;
         let eval = if self.eval_frac > 0.0 {
             EvalSplit::Last {
                 fraction: self.eval_frac,

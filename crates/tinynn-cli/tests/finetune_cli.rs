@@ -278,7 +278,7 @@ fn ctrl_c_saves_a_checkpoint_and_exits_cleanly() {
         assert!(t0.elapsed().as_secs() < 120, "no progress");
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
-    // Ctrl-C, as a terminal sends it (through kill(1): no unsafe FFI in the test).
+    // Ctrl-C, as a terminal sends it (through kill(1), so the test calls no C functions).
     let sent = std::process::Command::new("kill")
         .args(["-INT", &child.id().to_string()])
         .status()

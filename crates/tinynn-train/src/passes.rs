@@ -13,7 +13,7 @@
 use tinynn_core::graph::Graph;
 use tinynn_core::plan::Plan;
 use tinynn_core::tensor::TensorId;
-use tinynn_cpu::Memory;
+use tinynn_cpu::{Executor, Memory};
 use tinynn_format::GgmlType;
 use tinynn_models::llama::LlamaHparams;
 
@@ -246,18 +246,24 @@ pub(crate) fn write_labels(
     Ok(())
 }
 
-/// Moves the buffers of `from_ids` (in `from`) and `to_ids` (in `to`) into each other's
-/// memory; calling it twice restores both.
-pub(crate) fn swap_all(
-    from: &mut Memory<'static>,
-    from_plan: &Plan,
-    from_ids: &[TensorId],
-    to: &mut Memory<'static>,
-    to_plan: &Plan,
-    to_ids: &[TensorId],
+/// Lends `from`'s buffers of each `(from_ids, to_ids)` group to `to`, runs `to`'s plan, and
+/// takes them back, also when the run fails (its error is returned after).
+pub(crate) fn run_lent(
+    exec: &mut Executor,
+    (from, from_plan): (&mut Memory<'static>, &Plan),
+    (to, to_plan): (&mut Memory<'static>, &Plan),
+    groups: &[(&[TensorId], &[TensorId])],
 ) -> Result<()> {
-    for (&a, &b) in from_ids.iter().zip(to_ids) {
-        from.swap_persistent(from_plan, a, to, to_plan, b)?;
-    }
-    Ok(())
+    let swap = |from: &mut Memory<'static>, to: &mut Memory<'static>| -> Result<()> {
+        for (from_ids, to_ids) in groups {
+            for (&a, &b) in from_ids.iter().zip(*to_ids) {
+                from.swap_persistent(from_plan, a, to, to_plan, b)?;
+            }
+        }
+        Ok(())
+    };
+    swap(from, to)?;
+    let ran = exec.run(to_plan, to);
+    swap(from, to)?;
+    Ok(ran?)
 }

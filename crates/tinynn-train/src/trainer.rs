@@ -16,7 +16,7 @@ use crate::model::{BatchShape, LoraGraph};
 use crate::optim::Optimizer;
 use crate::params::{NamedTensor, ParamSpec};
 use crate::passes::{
-    eval_pass, grad_pass, swap_all, update_pass, write_labels, EvalPass, GradPass, UpdatePass,
+    eval_pass, grad_pass, run_lent, update_pass, write_labels, EvalPass, GradPass, UpdatePass,
 };
 use crate::rng::Rng;
 use crate::source::{resolve, TrainSource};
@@ -379,26 +379,18 @@ impl Trainer {
         let (g, u) = (&mut self.grad, &mut self.update);
         u.mem
             .write_f32(&u.plan, u.hp, &hp[..self.cfg.optimizer.n_hyperparams()])?;
-        swap_all(
-            &mut g.mem, &g.plan, &g.params, &mut u.mem, &u.plan, &u.params,
+        run_lent(
+            &mut self.exec,
+            (&mut g.mem, &g.plan),
+            (&mut u.mem, &u.plan),
+            &[(&g.params, &u.params), (&g.buffers, &u.buffers)],
         )?;
-        swap_all(
-            &mut g.mem, &g.plan, &g.buffers, &mut u.mem, &u.plan, &u.buffers,
-        )?;
-        let ran = self.exec.run(&u.plan, &mut u.mem);
-        swap_all(
-            &mut g.mem, &g.plan, &g.params, &mut u.mem, &u.plan, &u.params,
-        )?;
-        swap_all(
-            &mut g.mem, &g.plan, &g.buffers, &mut u.mem, &u.plan, &u.buffers,
-        )?;
-        ran?;
         self.step += 1;
         Ok(())
     }
 
-    /// Writes fresh dropout masks (keep with probability 1 − p, kept values scaled by
-    /// 1/(1 − p)) into the grad pass, without allocating.
+    /// Writes a fresh dropout seed into the grad pass (the `Op::Dropout` masks are drawn from
+    /// it on the fly), without allocating.
     fn draw_dropout(&mut self) -> Result<()> {
         let g = &mut self.grad;
         let Some(seed) = g.fwd.dropout_seed else {
@@ -496,20 +488,12 @@ impl Trainer {
         let (g, e) = (&mut self.grad, &mut self.eval);
         e.mem.write_i32(&e.plan, e.fwd.tokens, ids)?;
         write_labels(&e.plan, &mut e.mem, &e.fwd, labels, self.hparams.n_vocab)?;
-        swap_all(
-            &mut g.mem, &g.plan, &g.params, &mut e.mem, &e.plan, &e.params,
+        run_lent(
+            &mut self.exec,
+            (&mut g.mem, &g.plan),
+            (&mut e.mem, &e.plan),
+            &[(&g.params, &e.params), (&g.frozen, &e.frozen)],
         )?;
-        swap_all(
-            &mut g.mem, &g.plan, &g.frozen, &mut e.mem, &e.plan, &e.frozen,
-        )?;
-        let ran = self.exec.run(&e.plan, &mut e.mem);
-        swap_all(
-            &mut g.mem, &g.plan, &g.params, &mut e.mem, &e.plan, &e.params,
-        )?;
-        swap_all(
-            &mut g.mem, &g.plan, &g.frozen, &mut e.mem, &e.plan, &e.frozen,
-        )?;
-        ran?;
         scalar(&self.exec, &e.plan, &e.mem, e.fwd.loss)
     }
 

@@ -5,33 +5,16 @@
 use std::path::Path;
 
 use tinynn_cpu::ExecOptions;
-use tinynn_format::gguf::{GgufFile, GgufWriter, Value};
-use tinynn_format::model_config::{Architecture, ModelConfig, RopeScaling};
+use tinynn_format::gguf::GgufFile;
 use tinynn_format::GgmlType;
 use tinynn_models::session::Session;
-use tinynn_train::{TrainConfig, TrainError, TrainSource, Trainer};
+use tinynn_train::{TrainConfig, TrainError, Trainer};
+
+mod common;
+
+use common::tiny_llama::{self, V};
 
 const SEQ: usize = 16;
-const V: usize = 64;
-
-fn config() -> ModelConfig {
-    ModelConfig {
-        architecture: Architecture::Llama,
-        n_vocab: Some(V as u64),
-        n_ctx_train: Some(64),
-        n_embd: 32,
-        n_layer: 2,
-        n_head: 4,
-        n_head_kv: 2,
-        head_dim: 8,
-        n_ff: Some(48),
-        norm_eps: Some(1e-5),
-        rope_dims: None,
-        rope_freq_base: Some(10000.0),
-        rope_scaling: RopeScaling::None,
-        tie_word_embeddings: Some(true),
-    }
-}
 
 fn cfg() -> TrainConfig {
     TrainConfig {
@@ -44,59 +27,13 @@ fn cfg() -> TrainConfig {
 
 /// Writes `t`'s weights as an F16 GGUF with Llama metadata (and a marker key).
 fn write_source(t: &Trainer, path: &Path) {
-    let mut w = GgufWriter::new();
-    w.set_str("general.architecture", "llama");
-    w.set_str("test.marker", "kept");
-    for (k, v) in [
-        ("llama.block_count", 2u32),
-        ("llama.context_length", 64),
-        ("llama.embedding_length", 32),
-        ("llama.feed_forward_length", 48),
-        ("llama.attention.head_count", 4),
-        ("llama.attention.head_count_kv", 2),
-        ("llama.vocab_size", V as u32),
-    ] {
-        w.set(k, Value::U32(v));
-    }
-    w.set("llama.attention.layer_norm_rms_epsilon", Value::F32(1e-5));
-    w.set("llama.rope.freq_base", Value::F32(10000.0));
-    let params = t.params().unwrap();
-    let bytes: Vec<Vec<u8>> = params
-        .iter()
-        .map(|p| {
-            let ty = if p.dims.len() == 1 {
-                GgmlType::F32
-            } else {
-                GgmlType::F16
-            };
-            let mut b = vec![0u8; p.data.len() * if ty == GgmlType::F16 { 2 } else { 4 }];
-            tinynn_core::quant::quantize_row(ty, &p.data, &mut b).unwrap();
-            b
-        })
-        .collect();
-    for (p, b) in params.iter().zip(&bytes) {
-        let ty = if p.dims.len() == 1 {
-            GgmlType::F32
-        } else {
-            GgmlType::F16
-        };
-        let dims: Vec<u64> = p.dims.iter().map(|&d| d as u64).collect();
-        w.add_tensor(&p.name, ty, &dims, b).unwrap();
-    }
-    w.write_atomic(path).unwrap();
+    tiny_llama::write_gguf(t, path, GgmlType::F16, &[("test.marker", "kept")]);
 }
 
 #[test]
 fn a_trained_model_exports_to_gguf_that_inference_loads() {
     let dir = tempfile::tempdir().unwrap();
-    let random = Trainer::new(
-        TrainSource::Random {
-            config: Box::new(config()),
-            seed: 5,
-        },
-        cfg(),
-    )
-    .unwrap();
+    let random = Trainer::new(tiny_llama::random(48, 5), cfg()).unwrap();
     // Random init: normal(0, 0.02) matrices, unit norms.
     let p = random.params().unwrap();
     let emb = &p[0].data;

@@ -6,40 +6,20 @@
 use std::path::Path;
 
 use tinynn_cpu::ExecOptions;
-use tinynn_format::gguf::{GgufFile, GgufWriter, Value};
-use tinynn_format::model_config::{Architecture, ModelConfig, RopeScaling};
+use tinynn_format::gguf::{GgufFile, Value};
 use tinynn_format::GgmlType;
 use tinynn_models::lora::{AppliedLora, LoraAdapter};
 use tinynn_models::session::Session;
 use tinynn_train::{LoraConfig, Targets, TrainConfig, TrainError, TrainSource, Trainer};
 
-const SEQ: usize = 16;
-const V: usize = 64;
+mod common;
 
-fn config() -> ModelConfig {
-    ModelConfig {
-        architecture: Architecture::Llama,
-        n_vocab: Some(V as u64),
-        n_ctx_train: Some(64),
-        n_embd: 32,
-        n_layer: 2,
-        n_head: 4,
-        n_head_kv: 2,
-        head_dim: 8,
-        n_ff: Some(64),
-        norm_eps: Some(1e-5),
-        rope_dims: None,
-        rope_freq_base: Some(10000.0),
-        rope_scaling: RopeScaling::None,
-        tie_word_embeddings: Some(true),
-    }
-}
+use common::tiny_llama::{self, V};
+
+const SEQ: usize = 16;
 
 fn random() -> TrainSource<'static> {
-    TrainSource::Random {
-        config: Box::new(config()),
-        seed: 5,
-    }
+    tiny_llama::random(64, 5)
 }
 
 fn lora(targets: &str, dropout: f32) -> LoraConfig {
@@ -73,37 +53,7 @@ fn batch() -> (Vec<i32>, Vec<i32>) {
 /// Writes the random model as a GGUF file: matrices as `ty`, 1-D tensors as F32.
 fn write_model(path: &Path, ty: GgmlType) {
     let t = Trainer::new(random(), cfg(None)).unwrap();
-    let mut w = GgufWriter::new();
-    w.set_str("general.architecture", "llama");
-    for (k, v) in [
-        ("llama.block_count", 2u32),
-        ("llama.context_length", 64),
-        ("llama.embedding_length", 32),
-        ("llama.feed_forward_length", 64),
-        ("llama.attention.head_count", 4),
-        ("llama.attention.head_count_kv", 2),
-        ("llama.vocab_size", V as u32),
-    ] {
-        w.set(k, Value::U32(v));
-    }
-    w.set("llama.attention.layer_norm_rms_epsilon", Value::F32(1e-5));
-    w.set("llama.rope.freq_base", Value::F32(10000.0));
-    let params = t.params().unwrap();
-    let encoded: Vec<(GgmlType, Vec<u8>)> = params
-        .iter()
-        .map(|p| {
-            let tt = if p.dims.len() == 1 { GgmlType::F32 } else { ty };
-            let row = tinynn_core::quant::row_bytes(tt, p.dims[0]).unwrap();
-            let mut b = vec![0u8; row * p.data.len() / p.dims[0]];
-            tinynn_core::quant::quantize_row(tt, &p.data, &mut b).unwrap();
-            (tt, b)
-        })
-        .collect();
-    for (p, (tt, b)) in params.iter().zip(&encoded) {
-        let dims: Vec<u64> = p.dims.iter().map(|&d| d as u64).collect();
-        w.add_tensor(&p.name, *tt, &dims, b).unwrap();
-    }
-    w.write_atomic(path).unwrap();
+    tiny_llama::write_gguf(&t, path, ty, &[]);
 }
 
 #[test]

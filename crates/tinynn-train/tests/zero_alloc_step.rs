@@ -5,37 +5,19 @@
 //! dropout seed every micro-batch), on 2 threads. This file holds one test so no other test
 //! allocates meanwhile.
 
+mod common;
 #[path = "../../tinynn-format/tests/support/counting_alloc_ffi.rs"]
 mod counting_alloc;
 
 use std::sync::atomic::Ordering;
 
-use tinynn_format::model_config::{Architecture, ModelConfig, RopeScaling};
+use common::tiny_llama::{self, V};
 use tinynn_train::{LoraConfig, Targets, TrainConfig, TrainSource, Trainer};
 
 const SEQ: usize = 16;
-const V: usize = 64;
 
 fn random() -> TrainSource<'static> {
-    TrainSource::Random {
-        config: Box::new(ModelConfig {
-            architecture: Architecture::Llama,
-            n_vocab: Some(V as u64),
-            n_ctx_train: Some(64),
-            n_embd: 32,
-            n_layer: 2,
-            n_head: 4,
-            n_head_kv: 2,
-            head_dim: 8,
-            n_ff: Some(64),
-            norm_eps: Some(1e-5),
-            rope_dims: None,
-            rope_freq_base: Some(10000.0),
-            rope_scaling: RopeScaling::None,
-            tie_word_embeddings: Some(true),
-        }),
-        seed: 3,
-    }
+    tiny_llama::random(64, 3)
 }
 
 /// Allocations made by `steps` steps after a first one, and the losses of all of them.

@@ -19,7 +19,7 @@
 use std::arch::x86_64::*;
 
 #[cfg(target_arch = "x86_64")]
-use super::attention_block::lane_dots;
+use super::attention_block::{lane_dots, lane_dots4};
 use super::attention_block::{LANES, MAX_D};
 #[cfg(target_arch = "x86_64")]
 use super::vexp;
@@ -475,41 +475,6 @@ unsafe fn kv_block(
     }
     // SAFETY: the caller's contract.
     unsafe { flush(s, q_rows, o_rows, d, dv) };
-}
-
-/// Lane dots of four rows at once: `Σ_c t[c][l] · rows[r][c]` for r < 4, each transposed
-/// vector loaded once for the four (two accumulators per row).
-///
-/// # Safety
-/// AVX-512F; `t` holds `d` rows of 16, each row pointer `d` values.
-#[cfg(target_arch = "x86_64")]
-#[inline]
-#[target_feature(enable = "avx512f,fma")]
-unsafe fn lane_dots4(t: &[f32], rows: [*const f32; 4], d: usize) -> [__m512; 4] {
-    let mut a = [[_mm512_setzero_ps(); 2]; 4];
-    let mut c = 0;
-    while c + 2 <= d {
-        // SAFETY: c + 1 < d.
-        unsafe {
-            let t0 = _mm512_loadu_ps(t.as_ptr().add(c * LANES));
-            let t1 = _mm512_loadu_ps(t.as_ptr().add((c + 1) * LANES));
-            for (ar, &row) in a.iter_mut().zip(&rows) {
-                ar[0] = _mm512_fmadd_ps(t0, _mm512_set1_ps(*row.add(c)), ar[0]);
-                ar[1] = _mm512_fmadd_ps(t1, _mm512_set1_ps(*row.add(c + 1)), ar[1]);
-            }
-        }
-        c += 2;
-    }
-    if c < d {
-        // SAFETY: c < d.
-        unsafe {
-            let t0 = _mm512_loadu_ps(t.as_ptr().add(c * LANES));
-            for (ar, &row) in a.iter_mut().zip(&rows) {
-                ar[0] = _mm512_fmadd_ps(t0, _mm512_set1_ps(*row.add(c)), ar[0]);
-            }
-        }
-    }
-    a.map(|ar| _mm512_add_ps(ar[0], ar[1]))
 }
 
 /// `dk += Σ ds·q`, `dv += Σ p·dO` over the collected queries.

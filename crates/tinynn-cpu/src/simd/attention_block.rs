@@ -176,9 +176,10 @@ pub(crate) unsafe fn attend_blocked(
                 jj += 4;
                 continue;
             }
+            let kp = rows.map(|r| s.k_blk[r * d..(r + 1) * d].as_ptr());
             // SAFETY: rows of k_blk hold d values each (stale rows are never used); q_t
             // holds d rows.
-            let dots = unsafe { lane_dots4(&s.q_t, &s.k_blk, rows, d) };
+            let dots = unsafe { lane_dots4(&s.q_t, kp, d) };
             for (r, dot) in dots.iter().enumerate().take(nb - jj) {
                 let row = jj + r;
                 // SAFETY: row < KV_BLOCK of p (holding the mask).
@@ -393,26 +394,26 @@ pub(crate) unsafe fn lane_dots(q_t: &[f32], k: &[f32], d: usize) -> __m512 {
     _mm512_add_ps(_mm512_add_ps(a4[0], a4[1]), _mm512_add_ps(a4[2], a4[3]))
 }
 
-/// 16 lane scores `Σ_c q_t[c][l] · k_blk[row][c]` for four K rows, two accumulators each
-/// (even and odd c): each query vector loaded feeds four FMAs.
+/// Lane dots of four rows at once: `Σ_c t[c][l] · rows[r][c]` for r < 4, two accumulators
+/// each (even and odd c), so each transposed vector loaded feeds four FMAs (the query tiles'
+/// scores here; scores and dO·v in the gradient).
 ///
 /// # Safety
-/// AVX-512F; `q_t` holds `d` rows of 16, `k_blk` holds the four rows of `d` values.
+/// AVX-512F; `t` holds `d` rows of 16, each row pointer `d` values.
 #[cfg(target_arch = "x86_64")]
 #[inline]
 #[target_feature(enable = "avx512f,fma")]
-unsafe fn lane_dots4(q_t: &[f32], k_blk: &[f32], rows: [usize; 4], d: usize) -> [__m512; 4] {
+pub(crate) unsafe fn lane_dots4(t: &[f32], rows: [*const f32; 4], d: usize) -> [__m512; 4] {
     let mut a = [[_mm512_setzero_ps(); 2]; 4];
-    let kp = rows.map(|r| k_blk[r * d..(r + 1) * d].as_ptr());
     let mut c = 0;
     while c + 2 <= d {
-        // SAFETY: c + 1 < d rows of q_t and values of each K row.
+        // SAFETY: c + 1 < d rows of t and values of each row.
         unsafe {
-            let q0 = _mm512_loadu_ps(q_t.as_ptr().add(c * LANES));
-            let q1 = _mm512_loadu_ps(q_t.as_ptr().add((c + 1) * LANES));
-            for (ar, &p) in a.iter_mut().zip(&kp) {
-                ar[0] = _mm512_fmadd_ps(q0, _mm512_set1_ps(*p.add(c)), ar[0]);
-                ar[1] = _mm512_fmadd_ps(q1, _mm512_set1_ps(*p.add(c + 1)), ar[1]);
+            let t0 = _mm512_loadu_ps(t.as_ptr().add(c * LANES));
+            let t1 = _mm512_loadu_ps(t.as_ptr().add((c + 1) * LANES));
+            for (ar, &row) in a.iter_mut().zip(&rows) {
+                ar[0] = _mm512_fmadd_ps(t0, _mm512_set1_ps(*row.add(c)), ar[0]);
+                ar[1] = _mm512_fmadd_ps(t1, _mm512_set1_ps(*row.add(c + 1)), ar[1]);
             }
         }
         c += 2;
@@ -420,9 +421,9 @@ unsafe fn lane_dots4(q_t: &[f32], k_blk: &[f32], rows: [usize; 4], d: usize) -> 
     if c < d {
         // SAFETY: c < d.
         unsafe {
-            let q0 = _mm512_loadu_ps(q_t.as_ptr().add(c * LANES));
-            for (ar, &p) in a.iter_mut().zip(&kp) {
-                ar[0] = _mm512_fmadd_ps(q0, _mm512_set1_ps(*p.add(c)), ar[0]);
+            let t0 = _mm512_loadu_ps(t.as_ptr().add(c * LANES));
+            for (ar, &row) in a.iter_mut().zip(&rows) {
+                ar[0] = _mm512_fmadd_ps(t0, _mm512_set1_ps(*row.add(c)), ar[0]);
             }
         }
     }

@@ -1,6 +1,8 @@
 //! Shared by the parity tests: the committed PyTorch fixtures (scripts/make-train-fixtures.py).
 #![allow(dead_code)]
 
+pub mod tiny_llama;
+
 use std::collections::HashMap;
 use std::path::PathBuf;
 
