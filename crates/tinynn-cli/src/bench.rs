@@ -2,8 +2,10 @@
 //! measures them, printed as its markdown table (or JSON with `-o json`).
 //!
 //! pp N: N prompt tokens evaluated as one batch from an empty cache; tg N: N tokens evaluated
-//! one at a time from an empty cache. Each test runs once to warm up, then `-r` times; t/s is
-//! the mean over the repetitions ± their standard deviation.
+//! one at a time from an empty cache; tg N par S (`--parallel S`): S sequences decoding N tokens
+//! each, one token of every sequence per run (llama-batched-bench's aggregate tokens/s). Each
+//! test runs once to warm up, then `-r` times; t/s is the mean over the repetitions ± their
+//! standard deviation.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -12,10 +14,11 @@ use std::time::Instant;
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use serde::Serialize;
-use tinynn_models::session::Session;
+use tinynn_models::model::Model;
+use tinynn_models::session::{BatchToken, Session, SessionOptions};
+use tinynn_models::weights::WeightSource;
 
 use crate::generate::ModelArgs;
-use crate::model::Model;
 
 #[derive(Args)]
 pub struct BenchArgs {
@@ -50,6 +53,10 @@ pub struct BenchArgs {
     /// survives when the cores are shared).
     #[arg(long, default_value_t = 0)]
     pub busy: usize,
+    /// Also decode S sequences together for each S given (comma-separated, e.g. 1,2,4,8):
+    /// aggregate generation tokens/s of a batch of sequences sharing one plan run.
+    #[arg(long, value_delimiter = ',')]
+    pub parallel: Vec<usize>,
 }
 
 /// Threads that spin until dropped.
@@ -136,6 +143,9 @@ pub fn run(args: &BenchArgs) -> Result<()> {
     if args.reps == 0 {
         bail!("-r must be at least 1");
     }
+    if let Some(&s) = args.parallel.iter().find(|&&s| s == 0 || s > 64) {
+        bail!("--parallel {s}: give 1 to 64 sequences");
+    }
     let path = args.model.path()?;
     let model = Model::open(&path)?;
     let tests: Vec<(&str, usize)> = args
@@ -148,7 +158,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
     let longest = tests.iter().map(|t| t.1).max().unwrap_or(1);
     let opts = args.model.exec_options();
     let mut session = Session::new(
-        model.source(),
+        model.clone(),
         longest.max(args.model.ctx.min(longest)),
         opts,
     )
@@ -202,6 +212,62 @@ pub fn run(args: &BenchArgs) -> Result<()> {
             kv_cache_bytes: 0,
         });
     }
+    let n_gen = args.n_gen.iter().copied().filter(|&n| n > 0);
+    let parallel: Vec<(usize, usize)> = n_gen
+        .flat_map(|n| args.parallel.iter().map(move |&s| (s, n)))
+        .collect();
+    if let Some(max_seq) = parallel.iter().map(|p| p.0).max() {
+        let max_gen = parallel.iter().map(|p| p.1).max().unwrap_or(1);
+        let mut batched = Session::with_options(
+            model.clone(),
+            SessionOptions {
+                n_ctx: max_seq * max_gen,
+                n_seq: max_seq,
+                exec: opts,
+                ..SessionOptions::default()
+            },
+        )?;
+        for &(seqs, n) in &parallel {
+            let ids = tokens(n * seqs, vocab);
+            let mut samples = Vec::with_capacity(args.reps);
+            for rep in 0..=args.reps {
+                (0..seqs).for_each(|s| batched.clear_seq(s));
+                let t0 = Instant::now();
+                for step in ids.chunks_exact(seqs) {
+                    let batch: Vec<BatchToken> = step
+                        .iter()
+                        .enumerate()
+                        .map(|(seq, &token)| BatchToken {
+                            token,
+                            seq,
+                            logits: true,
+                        })
+                        .collect();
+                    batched.decode(&batch)?;
+                }
+                let secs = t0.elapsed().as_secs_f64();
+                if rep > 0 {
+                    samples.push((n * seqs) as f64 / secs.max(1e-9));
+                }
+            }
+            let (avg, sd) = mean_sd(&samples);
+            rows.push(Row {
+                model: name.clone(),
+                size_bytes: size,
+                params,
+                backend: "CPU",
+                threads,
+                test: format!("tg{n} par{seqs}"),
+                n_tokens: n * seqs,
+                avg_ts: avg,
+                stddev_ts: sd,
+                samples_ts: samples,
+                peak_rss_bytes: None,
+                repacked_bytes: 0,
+                kv_cache_bytes: 0,
+            });
+        }
+    }
     drop(busy);
     let rss = if args.mem { peak_rss() } else { None };
     let (repacked, kv) = (
@@ -223,8 +289,8 @@ pub fn run(args: &BenchArgs) -> Result<()> {
 
 /// Parameter count, tensor bytes and a llama-bench style name ("llama 135M Q4_1").
 fn describe(model: &Model) -> Result<(u64, u64, String)> {
-    let (params, bytes, arch, ftype) = match model {
-        Model::Gguf(f) => {
+    let (params, bytes, arch, ftype) = match model.source() {
+        WeightSource::Gguf(f) => {
             let g = f.gguf();
             let params = g.tensors().iter().map(|t| t.n_elements).sum();
             let bytes = g.tensors().iter().map(|t| t.n_bytes).sum();
@@ -240,7 +306,7 @@ fn describe(model: &Model) -> Result<(u64, u64, String)> {
                 ftype,
             )
         }
-        Model::Hf(d) => {
+        WeightSource::Hf(d) => {
             let (mut params, mut bytes) = (0, 0);
             for shard in &d.shards {
                 for t in shard.tensors() {

@@ -8,9 +8,9 @@ use clap::Args;
 use serde_json::json;
 use tinynn_train::{LoraConfig, Targets, Trainer};
 
-use crate::model::Model;
 use crate::train_data::Tokenization;
 use crate::train_loop::{self, LoopArgs, Output};
+use tinynn_models::model::Model;
 
 #[derive(Args)]
 pub struct FinetuneArgs {
@@ -49,13 +49,10 @@ pub fn run(args: &FinetuneArgs) -> Result<()> {
     };
     let model = Model::open(&path)?;
     let tokenizer = model.tokenizer()?;
-    let vocab = model.vocab(&tokenizer)?;
     let la = &args.train;
     let template = if la.chat_data() {
         Some(crate::chat::template(
             &model,
-            &tokenizer,
-            &vocab,
             args.chat_template.as_deref(),
         )?)
     } else {
@@ -76,7 +73,7 @@ pub fn run(args: &FinetuneArgs) -> Result<()> {
     let mut trainer =
         Trainer::new(model.source(), cfg).with_context(|| format!("loading {}", path.display()))?;
     let mut batcher = la.batcher(&Tokenization {
-        tokenizer: &tokenizer,
+        tokenizer,
         template: template.as_ref(),
         n_vocab: trainer.hparams().n_vocab,
     })?;

@@ -3,14 +3,16 @@
 use std::io::Write;
 use std::path::PathBuf;
 
-use anyhow::Result;
+use std::sync::Arc;
+
+use anyhow::{Context, Result};
 use clap::Args;
 use tinynn_cpu::ExecOptions;
-use tinynn_models::sampling::{Penalties, Sampler, Strategy};
-use tinynn_models::session::Session;
-use tinynn_models::stop::StopMatcher;
-use tinynn_models::tokenizer::{StreamDecoder, Tokenizer};
-use tinynn_models::vocab::Vocab;
+use tinynn_models::generate::{GenerateOptions, Generation};
+use tinynn_models::lora::AppliedLora;
+use tinynn_models::model::Model;
+use tinynn_models::sampling::{Penalties, Strategy};
+use tinynn_models::session::{Session, SessionOptions};
 
 #[derive(Args, Clone)]
 pub struct ModelArgs {
@@ -40,6 +42,25 @@ impl ModelArgs {
             Some(p) => p.clone(),
             None => tinynn_format::model_cache::ensure_default_model()?,
         })
+    }
+
+    /// Opens the model `-m` names (or the default one).
+    pub fn open(&self) -> Result<Arc<Model>> {
+        let path = self.path()?;
+        Model::open(&path).with_context(|| format!("loading {}", path.display()))
+    }
+
+    /// A one-sequence session over `model` with these flags (and an adapter, if given).
+    pub fn session(&self, model: Arc<Model>, lora: Option<AppliedLora>) -> Result<Session> {
+        let path = model.path().display().to_string();
+        let opts = SessionOptions {
+            n_ctx: self.ctx,
+            n_batch: self.batch,
+            exec: self.exec_options(),
+            lora,
+            ..SessionOptions::default()
+        };
+        Session::with_options(model, opts).with_context(|| format!("loading {path}"))
     }
 
     pub fn exec_options(&self) -> ExecOptions {
@@ -91,7 +112,8 @@ pub struct SamplingArgs {
 }
 
 impl SamplingArgs {
-    pub fn sampler(&self) -> Sampler {
+    /// The library's generation options for these flags and `max_tokens`.
+    pub fn options(&self, max_tokens: usize, ignore_eos: bool) -> GenerateOptions {
         let strategy = if self.temp <= 0.0 {
             Strategy::Greedy
         } else {
@@ -108,13 +130,18 @@ impl SamplingArgs {
                 seed,
             }
         };
-        let penalties = Penalties {
-            repeat: self.repeat_penalty,
-            presence: self.presence_penalty,
-            frequency: self.frequency_penalty,
-            last_n: self.repeat_last_n,
-        };
-        Sampler::new(strategy, penalties)
+        GenerateOptions {
+            max_tokens,
+            strategy,
+            penalties: Penalties {
+                repeat: self.repeat_penalty,
+                presence: self.presence_penalty,
+                frequency: self.frequency_penalty,
+                last_n: self.repeat_last_n,
+            },
+            stop: self.stop.clone(),
+            ignore_eos,
+        }
     }
 }
 
@@ -127,44 +154,10 @@ pub fn emit(s: &str) -> Result<()> {
     }
 }
 
-/// Generates up to `max` tokens after the session's last logits, streaming text through `emit`; stops at an end
-/// token unless `ignore_eos`, or at any of `stops` (matched across tokens, never printed).
-/// Returns the generated ids (the end token excluded).
-#[allow(clippy::too_many_arguments)]
-pub fn generate(
-    session: &mut Session<'_>,
-    sampler: &mut Sampler,
-    tokenizer: &Tokenizer,
-    vocab: &Vocab,
-    max: usize,
-    ignore_eos: bool,
-    stops: &[String],
-) -> Result<Vec<u32>> {
-    let mut stream = StreamDecoder::default();
-    let mut matcher = StopMatcher::new(stops);
-    let mut out = Vec::new();
-    let budget = max.min(session.n_ctx().saturating_sub(session.n_past()));
-    while out.len() < budget {
-        let next = sampler.sample(session.logits());
-        if tokenizer.is_end(next) && !ignore_eos {
-            break;
-        }
-        sampler.accept(next);
-        out.push(next);
-        let (text, stopped) = matcher.push(&stream.push(&vocab.token_bytes(next)));
-        emit(&text)?;
-        if stopped {
-            return Ok(out);
-        }
-        if out.len() == budget {
-            break;
-        }
-        session.eval(next)?;
+/// Streams a generation's pieces to stdout; returns how many tokens it produced.
+pub fn stream(mut generation: Generation<'_>) -> Result<usize> {
+    for piece in generation.by_ref() {
+        emit(&piece?.text)?;
     }
-    let (text, stopped) = matcher.push(&stream.finish());
-    emit(&text)?;
-    if !stopped {
-        emit(&matcher.finish())?;
-    }
-    Ok(out)
+    Ok(generation.tokens().len())
 }

@@ -4,7 +4,6 @@ use std::path::PathBuf;
 
 use anyhow::{Context, Result};
 use clap::Args;
-use tinynn_format::gguf::GgufFile;
 use tinynn_models::lora::{AppliedLora, LoraAdapter};
 
 #[derive(Args, Clone)]
@@ -18,27 +17,15 @@ pub struct LoraArgs {
 }
 
 impl LoraArgs {
-    /// The adapter's file, opened.
-    pub fn open(&self) -> Result<Option<GgufFile>> {
+    /// The adapter, opened and checked, at the scale the flags give.
+    pub fn applied(&self) -> Result<Option<AppliedLora>> {
         self.lora
             .as_ref()
-            .map(|p| GgufFile::open(p).with_context(|| format!("opening {}", p.display())))
+            .map(|p| {
+                let adapter =
+                    LoraAdapter::open(p).with_context(|| format!("opening {}", p.display()))?;
+                Ok(AppliedLora::new(adapter, self.scale))
+            })
             .transpose()
     }
-}
-
-/// The adapter in `file`, checked as a LoRA adapter.
-pub fn adapter(file: Option<&GgufFile>) -> Result<Option<LoraAdapter<'_>>> {
-    Ok(file.map(LoraAdapter::from_gguf).transpose()?)
-}
-
-/// `adapter` at the scale the flags give.
-pub fn applied<'a>(
-    args: &LoraArgs,
-    adapter: &'a Option<LoraAdapter<'a>>,
-) -> Option<AppliedLora<'a>> {
-    adapter.as_ref().map(|adapter| AppliedLora {
-        adapter,
-        scale: args.scale,
-    })
 }

@@ -6,7 +6,6 @@ mod finetune;
 mod generate;
 mod inspect;
 mod lora_args;
-mod model;
 mod perplexity;
 mod plan;
 mod quantize;

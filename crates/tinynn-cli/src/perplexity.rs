@@ -4,13 +4,13 @@
 use std::path::PathBuf;
 use std::time::Instant;
 
-use crate::model::Model;
 use anyhow::{Context, Result};
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
 use tinynn_cpu::ExecOptions;
+use tinynn_models::model::Model;
 use tinynn_models::perplexity::perplexity;
-use tinynn_models::session::Session;
+use tinynn_models::session::{Session, SessionOptions};
 
 #[derive(Args)]
 pub struct PerplexityArgs {
@@ -57,7 +57,13 @@ pub fn run(args: &PerplexityArgs) -> Result<()> {
         adaptive_threads: true,
         bf16_matmul: false,
     };
-    let mut session = Session::with_all_logits(model.source(), args.ctx, opts, true)
+    let so = SessionOptions {
+        n_ctx: args.ctx,
+        exec: opts,
+        all_logits: true,
+        ..SessionOptions::default()
+    };
+    let mut session = Session::with_options(model.clone(), so)
         .with_context(|| format!("loading {}", path.display()))?;
     let bos = if tokenizer.encode("", true)?.is_empty() {
         None

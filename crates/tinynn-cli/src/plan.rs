@@ -29,8 +29,8 @@ pub fn run(args: &PlanArgs) -> Result<()> {
         Some(p) => p.clone(),
         None => tinynn_format::model_cache::ensure_default_model()?,
     };
-    let model = crate::model::Model::open(&path)?;
-    let mut session = Session::new(model.source(), args.ctx, ExecOptions::default())
+    let model = tinynn_models::model::Model::open(&path)?;
+    let mut session = Session::new(model, args.ctx, ExecOptions::default())
         .with_context(|| format!("loading {}", path.display()))?;
     let mut out = String::new();
     let batch = args.batch.clamp(1, session.n_ctx());

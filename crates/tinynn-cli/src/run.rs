@@ -4,13 +4,12 @@
 use std::path::PathBuf;
 use std::time::Instant;
 
-use crate::model::Model;
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use tinynn_models::chat::Message;
-use tinynn_models::session::Session;
+use tinynn_models::session::{Session, SessionOptions};
 
-use crate::generate::{emit, generate, ModelArgs, SamplingArgs};
+use crate::generate::{emit, stream, ModelArgs, SamplingArgs};
 
 #[derive(Args)]
 pub struct RunArgs {
@@ -49,21 +48,22 @@ pub struct RunArgs {
 }
 
 pub fn run(args: &RunArgs) -> Result<()> {
-    let path = args.model.path()?;
-    let model = Model::open(&path)?;
-    let tokenizer = model.tokenizer()?;
-    let vocab = model.vocab(&tokenizer)?;
+    let model = args.model.open()?;
     let mut opts = args.model.exec_options();
     opts.trace = args.trace.is_some();
-    let lora_file = args.lora.open()?;
-    let adapter = crate::lora_args::adapter(lora_file.as_ref())?;
-    let lora = crate::lora_args::applied(&args.lora, &adapter);
-    let mut session = Session::with_lora(model.source(), args.model.ctx, opts, false, lora)
-        .with_context(|| format!("loading {}", path.display()))?;
-    session.set_n_batch(args.model.batch);
+    let mut session = {
+        let path = model.path().display().to_string();
+        let so = SessionOptions {
+            n_ctx: args.model.ctx,
+            n_batch: args.model.batch,
+            exec: opts,
+            lora: args.lora.applied()?,
+            ..SessionOptions::default()
+        };
+        Session::with_options(model.clone(), so).with_context(|| format!("loading {path}"))?
+    };
     let text = if args.chat {
-        let template =
-            crate::chat::template(&model, &tokenizer, &vocab, args.chat_template.as_deref())?;
+        let template = crate::chat::template(&model, args.chat_template.as_deref())?;
         let mut messages = Vec::new();
         if let Some(sys) = &args.system {
             messages.push(Message::new("system", sys));
@@ -73,7 +73,7 @@ pub fn run(args: &RunArgs) -> Result<()> {
     } else {
         args.prompt.clone()
     };
-    let prompt = tokenizer.encode(&text, true)?;
+    let prompt = model.tokenizer()?.encode(&text, true)?;
     if prompt.is_empty() {
         bail!("the prompt is empty");
     }
@@ -84,24 +84,15 @@ pub fn run(args: &RunArgs) -> Result<()> {
             session.n_ctx()
         );
     }
-    let mut sampler = args.sampling.sampler();
-    prompt.iter().for_each(|&t| sampler.accept(t));
     if !args.chat {
         emit(&args.prompt)?;
     }
+    let gen_opts = args.sampling.options(args.n_predict, args.ignore_eos);
     let t0 = Instant::now();
-    session.eval_batch(&prompt)?;
+    let generation = session.generate(&prompt, &gen_opts)?;
     let prompt_time = t0.elapsed();
     let t1 = Instant::now();
-    let generated = generate(
-        &mut session,
-        &mut sampler,
-        &tokenizer,
-        &vocab,
-        args.n_predict,
-        args.ignore_eos,
-        &args.sampling.stop,
-    )?;
+    let generated = stream(generation)?;
     emit("\n")?;
     let gen_time = t1.elapsed();
     if let (Some(path), Some(trace)) = (&args.trace, session.chrome_trace()) {
@@ -113,9 +104,9 @@ pub fn run(args: &RunArgs) -> Result<()> {
         prompt.len(),
         prompt_time.as_secs_f64() * 1e3,
         rate(prompt.len(), prompt_time),
-        generated.len(),
+        generated,
         gen_time.as_secs_f64() * 1e3,
-        rate(generated.len(), gen_time),
+        rate(generated, gen_time),
         if opts.strict { 1 } else { opts.threads }
     );
     Ok(())

@@ -3,9 +3,9 @@
 
 use std::path::PathBuf;
 
-use crate::model::Model;
 use anyhow::{bail, Context, Result};
 use clap::Args;
+use tinynn_models::model::Model;
 
 #[derive(Args)]
 pub struct TokenizeArgs {
@@ -41,7 +41,8 @@ pub fn run(args: &TokenizeArgs) -> Result<()> {
         Some(p) => p.clone(),
         None => tinynn_format::model_cache::ensure_default_model()?,
     };
-    let tokenizer = Model::open(&path)?.tokenizer()?;
+    let model = Model::open(&path)?;
+    let tokenizer = model.tokenizer()?;
     let ids = tokenizer.encode(&text, !args.no_bos)?;
     let mut out = String::new();
     if args.ids {

@@ -187,11 +187,9 @@ pub fn run(args: &TrainArgs) -> Result<()> {
         );
     }
     let template = if la.chat_data() {
-        let model = crate::model::Model::Gguf(GgufFile::open(&tok_path)?);
+        let model = tinynn_models::model::Model::open(&tok_path)?;
         Some(crate::chat::template(
             &model,
-            &tokenizer,
-            &vocab,
             args.chat_template.as_deref(),
         )?)
     } else {

@@ -281,7 +281,7 @@ impl Executor {
         self.bases.extend(
             mem.weights
                 .iter()
-                .map(|w| w.map_or(0, |w| w.as_ptr() as usize)),
+                .map(|w| w.as_ref().map_or(0, |w| w.bytes().as_ptr() as usize)),
         );
         self.bases.extend(
             mem.persistent
@@ -367,7 +367,9 @@ impl Executor {
         let base: &[u8] = match loc.region {
             Region::Arena => self.arena.as_bytes(),
             Region::Persistent(i) => mem.persistent[i as usize].as_bytes(),
-            Region::Weight(i) => mem.weights[i as usize].unwrap_or_default(),
+            Region::Weight(i) => mem.weights[i as usize]
+                .as_ref()
+                .map_or(&[][..], |w| w.bytes()),
         };
         base.get(loc.offset..loc.offset + layout.contiguous_bytes())
             .ok_or_else(|| ExecError::NotReadable(plan.graph().node(t).name.clone()))

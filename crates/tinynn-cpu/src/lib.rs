@@ -13,4 +13,4 @@ pub mod simd;
 pub use simd::packed;
 
 pub use executor::{ExecError, ExecOptions, Executor};
-pub use memory::{AlignedBuf, Memory, MemoryError};
+pub use memory::{AlignedBuf, Memory, MemoryError, WeightStore};

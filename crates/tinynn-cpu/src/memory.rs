@@ -1,6 +1,8 @@
-//! The memory a plan runs against: bound weights (borrowed, read-only), persistent tensors
-//! (owned, read-write), and 64-byte aligned buffers for both persistent tensors and the arena.
+//! The memory a plan runs against: bound weights (borrowed, or held through an `Arc`'d
+//! [`WeightStore`]; read-only), persistent tensors (owned, read-write), and 64-byte aligned
+//! buffers for both persistent tensors and the arena.
 
+use std::ops::Range;
 use std::sync::Arc;
 
 use tinynn_core::ops::Op;
@@ -106,9 +108,42 @@ pub enum MemoryError {
     },
 }
 
+/// Bytes a memory can keep without borrowing them: e.g. a model's memory-mapped files behind
+/// an `Arc`, so a session can own its model instead of borrowing it.
+pub trait WeightStore: Send + Sync {
+    /// Region `i` of the store (one mapped file); the same bytes for the store's whole life.
+    /// An index out of range gives no bytes.
+    fn region(&self, i: usize) -> &[u8];
+}
+
+/// A bound weight's bytes.
+#[derive(Clone)]
+pub(crate) enum WeightBytes<'w> {
+    Borrowed(&'w [u8]),
+    Shared {
+        store: Arc<dyn WeightStore>,
+        region: usize,
+        range: Range<usize>,
+    },
+}
+
+impl WeightBytes<'_> {
+    pub(crate) fn bytes(&self) -> &[u8] {
+        match self {
+            WeightBytes::Borrowed(b) => b,
+            // In bounds: checked when bound, and the store's regions never change.
+            WeightBytes::Shared {
+                store,
+                region,
+                range,
+            } => store.region(*region).get(range.clone()).unwrap_or_default(),
+        }
+    }
+}
+
 /// Weights and persistent tensors of one plan.
 pub struct Memory<'w> {
-    pub(crate) weights: Vec<Option<&'w [u8]>>,
+    pub(crate) weights: Vec<Option<WeightBytes<'w>>>,
     /// Packed copies of weights for the matrix-product kernels (see `packed`), per weight slot.
     pub(crate) packed: Vec<Option<Arc<PackedWeight>>>,
     /// The same for persistent tensors no step writes (a frozen training base), per slot.
@@ -160,6 +195,41 @@ impl<'w> Memory<'w> {
         t: TensorId,
         bytes: &'w [u8],
     ) -> Result<(), MemoryError> {
+        let slot = Memory::check_weight(plan, t, bytes)?;
+        self.weights[slot] = Some(WeightBytes::Borrowed(bytes));
+        Ok(())
+    }
+
+    /// Binds bytes `range` of region `region` of `store` as weight `t`; the memory keeps the
+    /// store alive (an owned model's files), so it borrows nothing.
+    pub fn bind_weight_shared(
+        &mut self,
+        plan: &Plan,
+        t: TensorId,
+        store: Arc<dyn WeightStore>,
+        region: usize,
+        range: Range<usize>,
+    ) -> Result<(), MemoryError> {
+        let bytes =
+            store
+                .region(region)
+                .get(range.clone())
+                .ok_or_else(|| MemoryError::WrongSize {
+                    name: Memory::name(plan, t),
+                    need: range.len(),
+                    got: 0,
+                })?;
+        let slot = Memory::check_weight(plan, t, bytes)?;
+        self.weights[slot] = Some(WeightBytes::Shared {
+            store,
+            region,
+            range,
+        });
+        Ok(())
+    }
+
+    /// The weight slot of `t`, after checking that `bytes` fit it (size and alignment).
+    fn check_weight(plan: &Plan, t: TensorId, bytes: &[u8]) -> Result<usize, MemoryError> {
         let Some(Region::Weight(slot)) = plan.location(t).map(|l| l.region) else {
             return Err(MemoryError::NotAWeight(Memory::name(plan, t)));
         };
@@ -185,8 +255,7 @@ impl<'w> Memory<'w> {
                 align,
             });
         }
-        self.weights[slot as usize] = Some(bytes);
-        Ok(())
+        Ok(slot as usize)
     }
 
     /// Gives weight `t` a packed copy (made by [`crate::packed::pack`] from the same bytes, and

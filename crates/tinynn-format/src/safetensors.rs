@@ -107,6 +107,11 @@ impl SafetensorsFile {
         &self.header
     }
 
+    /// The whole mapped file.
+    pub fn bytes(&self) -> &[u8] {
+        self.map.bytes()
+    }
+
     pub fn tensors(&self) -> &[SafetensorsTensor] {
         &self.header.tensors
     }

@@ -9,8 +9,11 @@
 //! [`ModelConfig`]: tinynn_format::model_config::ModelConfig
 
 pub mod chat;
+pub mod generate;
+pub mod kv_cells;
 pub mod llama;
 pub mod lora;
+pub mod model;
 pub mod perplexity;
 pub mod quantize;
 pub mod sampling;

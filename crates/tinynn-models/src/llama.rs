@@ -145,42 +145,75 @@ impl LlamaHparams {
     }
 }
 
+/// What a forward graph computes: how many cache rows and tokens, and which outputs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GraphSpec {
+    /// Rows (cells) of the KV cache per layer and KV head, shared by every sequence.
+    pub n_cells: usize,
+    /// Tokens per run.
+    pub n_tokens: usize,
+    /// Output rows: every token's when `n_out == n_tokens`, else `n_out` rows chosen at run
+    /// time by `out_ids`.
+    pub n_out: usize,
+    /// KV cache type: F16 as llama.cpp, F32 for reference runs.
+    pub cache_type: GgmlType,
+    /// Always take an attention mask (several sequences share the cache); without it a
+    /// one-token run attends to every row below `kv_len`.
+    pub masked: bool,
+    /// Output the final normalized hidden states (`[n_embd, n_out]`, embeddings) instead of
+    /// logits.
+    pub hidden: bool,
+}
+
+impl GraphSpec {
+    /// One sequence, `n_tokens` tokens, the last token's logits.
+    pub fn last_logits(n_cells: usize, n_tokens: usize, cache_type: GgmlType) -> GraphSpec {
+        GraphSpec {
+            n_cells,
+            n_tokens,
+            n_out: 1,
+            cache_type,
+            masked: false,
+            hidden: false,
+        }
+    }
+}
+
 /// A forward graph and the tensors a session feeds and reads.
 pub struct ForwardGraph {
     pub graph: Graph,
     pub hparams: LlamaHparams,
-    pub n_tokens: usize,
+    pub spec: GraphSpec,
     /// I32 `[n_tokens]`: the tokens to run.
     pub tokens: TensorId,
-    /// I32 `[n_tokens]`: their positions.
+    /// I32 `[n_tokens]`: their positions (in their own sequences).
     pub pos: TensorId,
-    /// I32 `[1]`: cache rows valid after these tokens (last position + 1).
+    /// I32 `[1]`: attention reads cache rows `0..kv_len` (one past the highest row in use).
     pub kv_len: TensorId,
-    /// I32 `[n_head_kv · n_tokens]`: cache row of KV head h of token t, `h·n_ctx + pos[t]`, at
-    /// index `h + n_head_kv·t` (the caches are head-major: `[head_dim, n_ctx · n_head_kv]`).
+    /// I32 `[n_head_kv · n_tokens]`: cache row of KV head h of token t, `h·n_cells + cell[t]`,
+    /// at index `h + n_head_kv·t` (the caches are head-major: `[head_dim, n_cells · n_head_kv]`).
     pub kv_rows: TensorId,
-    /// F32 `[n_ctx, n_tokens]`: 0 where token i may attend to cache row j, -inf elsewhere
-    /// (only when `n_tokens > 1`; one token attends to every valid row).
+    /// F32 `[n_cells, n_tokens]`: 0 where token i may attend to cache row j, -inf elsewhere
+    /// (absent for a one-token run of an unmasked spec, which attends to every valid row).
     pub mask: Option<TensorId>,
+    /// I32 `[n_out]`: which tokens' rows are output (only when `n_out < n_tokens`).
+    pub out_ids: Option<TensorId>,
     /// The persistent K and V caches, per layer.
     pub caches: Vec<TensorId>,
     /// F32 `[n_dims/2]` RoPE frequency divisors to write once (`hparams.freq_factors`).
     pub freq_input: Option<TensorId>,
-    /// F32 `[n_vocab, 1]`: the logits after the last token (`[n_vocab, n_tokens]` with
-    /// `all_logits`).
-    pub logits: TensorId,
-    pub all_logits: bool,
+    /// F32 `[n_vocab, n_out]` logits, or `[n_embd, n_out]` hidden states with `spec.hidden`.
+    pub output: TensorId,
     /// Graph weights and the GGUF tensors that back them (`<W>.lora_a`/`.lora_b`: the
     /// adapter's).
     pub weights: Vec<(TensorId, String)>,
-    pub n_ctx: usize,
 }
 
 struct Builder<'a> {
     g: Graph,
     src: WeightSource<'a>,
     weights: Vec<(TensorId, String)>,
-    lora: Option<AppliedLora<'a>>,
+    lora: Option<&'a AppliedLora>,
 }
 
 impl Builder<'_> {
@@ -188,7 +221,7 @@ impl Builder<'_> {
     /// `factor·B·(A·x)` when the adapter adapts `name`.
     fn project(&mut self, w: TensorId, name: &str, x: TensorId) -> Result<TensorId> {
         let y = self.g.mul_mat(w, x)?;
-        let Some(lora) = self.lora else {
+        let Some(lora) = self.lora.as_ref() else {
             return Ok(y);
         };
         let Some(pair) = lora.adapter.pairs.get(name) else {
@@ -256,35 +289,19 @@ impl Builder<'_> {
     }
 }
 
-/// Builds the forward graph of a Llama-family model for `n_tokens` tokens (logits for the last
-/// one, or for all with `all_logits`) with a KV cache of type `cache_type` (F16 as llama.cpp;
-/// F32 for reference runs) and
-/// `n_ctx` rows.
-pub fn forward_graph(
-    src: WeightSource<'_>,
-    config: &ModelConfig,
-    n_ctx: usize,
-    n_tokens: usize,
-    all_logits: bool,
-    cache_type: GgmlType,
-) -> Result<ForwardGraph> {
-    forward_graph_lora(src, config, n_ctx, n_tokens, all_logits, cache_type, None)
-}
-
-/// [`forward_graph`] with a LoRA adapter on the projections it adapts (checked against the
-/// model with [`crate::lora::LoraAdapter::check_base`] first).
-pub fn forward_graph_lora<'a>(
+/// Builds the forward graph of a Llama-family model as `spec` says, with a LoRA adapter on
+/// the projections it adapts (checked against the model with
+/// [`crate::lora::LoraAdapter::check_base`] first).
+pub fn forward_graph<'a>(
     src: WeightSource<'a>,
     config: &ModelConfig,
-    n_ctx: usize,
-    n_tokens: usize,
-    all_logits: bool,
-    cache_type: GgmlType,
-    lora: Option<AppliedLora<'a>>,
+    spec: GraphSpec,
+    lora: Option<&'a AppliedLora>,
 ) -> Result<ForwardGraph> {
-    if let Some(l) = &lora {
+    if let Some(l) = lora {
         l.adapter.check_base(&src)?;
     }
+    let (cache_type, n_ctx, n_tokens) = (spec.cache_type, spec.n_cells, spec.n_tokens);
     if !matches!(cache_type, GgmlType::F16 | GgmlType::F32 | GgmlType::Bf16) {
         return Err(ModelError::Invalid(format!(
             "KV cache type {cache_type} is not supported"
@@ -297,10 +314,11 @@ pub fn forward_graph_lora<'a>(
             "a batch of {n_tokens} tokens does not fit a context of {n_ctx}"
         )));
     }
-    if n_ctx == 0 {
-        return Err(ModelError::Invalid(
-            "the context must hold at least one token".into(),
-        ));
+    if spec.n_out == 0 || spec.n_out > n_tokens {
+        return Err(ModelError::Invalid(format!(
+            "{} outputs of a batch of {n_tokens} tokens",
+            spec.n_out
+        )));
     }
     let mut b = Builder {
         g: Graph::new(),
@@ -315,7 +333,7 @@ pub fn forward_graph_lora<'a>(
     let pos = b.g.input("pos", GgmlType::I32, &[n])?;
     let kv_len = b.g.input("kv_len", GgmlType::I32, &[1])?;
     let kv_rows = b.g.input("kv_rows", GgmlType::I32, &[hp.n_head_kv * n])?;
-    let mask = if n > 1 {
+    let mask = if n > 1 || spec.masked {
         Some(b.g.input("mask", GgmlType::F32, &[n_ctx, n])?)
     } else {
         None
@@ -389,36 +407,40 @@ pub fn forward_graph_lora<'a>(
         let down = b.project(wd, &p("ffn_down"), act)?;
         x = b.g.add(x, down)?;
     }
-    // The last token's logits: [e, 1] from [e, n] (or all n).
-    let x = if all_logits {
-        x
+    // The output rows: [e, n_out] from [e, n] (all n, or chosen by `out_ids`).
+    let n_out = spec.n_out;
+    let (x, out_ids) = if n_out == n {
+        (x, None)
     } else {
-        let last = b.g.view(x, &[e, 1], &[e * 4], (n - 1) * e * 4)?;
-        b.g.cont(last)?
+        let ids = b.g.input("out_ids", GgmlType::I32, &[n_out])?;
+        (b.g.get_rows(x, ids)?, Some(ids))
     };
     let h = b.norm(x, "output_norm.weight", hp.norm_eps, e)?;
-    let head = if b.has("output.weight")? {
-        b.weight("output.weight", &[e, hp.n_vocab])?
+    let output = if spec.hidden {
+        h
     } else {
-        tok_embd
+        let head = if b.has("output.weight")? {
+            b.weight("output.weight", &[e, hp.n_vocab])?
+        } else {
+            tok_embd
+        };
+        b.g.mul_mat(head, h)?
     };
-    let logits = b.g.mul_mat(head, h)?;
-    b.g.set_name(logits, "logits")?;
-    b.g.set_output(logits)?;
+    b.g.set_name(output, if spec.hidden { "hidden" } else { "logits" })?;
+    b.g.set_output(output)?;
     Ok(ForwardGraph {
         graph: b.g,
         hparams: hp,
-        n_tokens: n,
+        spec,
         tokens,
         pos,
         kv_len,
         kv_rows,
         mask,
+        out_ids,
         caches,
         freq_input,
-        logits,
-        all_logits,
+        output,
         weights: b.weights,
-        n_ctx,
     })
 }

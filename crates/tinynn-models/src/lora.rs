@@ -2,9 +2,13 @@
 //! `adapter.type = lora`, `adapter.lora.alpha` (f32), the base's `general.architecture`, and
 //! per adapted tensor `W` the pair `<W>.lora_a` (ggml dims `[W.ne0, r]`) and `<W>.lora_b`
 //! (`[r, W.ne1]`). A forward graph adds `scale·(alpha/r)·B·(A·x)` to `W·x` (`scale` only when
-//! alpha is 0, as llama.cpp); the adapter's tensors are bound as weights from its file.
+//! alpha is 0, as llama.cpp); the adapter's tensors are bound as weights from its file, which
+//! the adapter owns (a session holds it through an `Arc`).
 
 use std::collections::BTreeMap;
+use std::ops::Range;
+use std::path::Path;
+use std::sync::Arc;
 
 use tinynn_format::gguf::{GgufFile, Value};
 use tinynn_format::GgmlType;
@@ -12,41 +16,63 @@ use tinynn_format::GgmlType;
 use crate::weights::WeightSource;
 use crate::{ModelError, Result};
 
-/// One adapter tensor, borrowed from the adapter file.
-#[derive(Clone, Copy, Debug)]
-pub struct LoraTensor<'a> {
+/// One adapter tensor: its type, ggml dims and where its bytes lie in the adapter file.
+#[derive(Clone, Debug)]
+pub struct LoraTensor {
     pub dtype: GgmlType,
     pub ne: [usize; 2],
-    pub data: &'a [u8],
+    /// Byte range in the adapter file.
+    pub range: Range<usize>,
 }
 
 /// The A/B pair of one base tensor.
-#[derive(Clone, Copy, Debug)]
-pub struct LoraPair<'a> {
-    pub a: LoraTensor<'a>,
-    pub b: LoraTensor<'a>,
+#[derive(Clone, Debug)]
+pub struct LoraPair {
+    pub a: LoraTensor,
+    pub b: LoraTensor,
 }
 
-impl LoraPair<'_> {
+impl LoraPair {
     pub fn rank(&self) -> usize {
         self.a.ne[1]
     }
 }
 
-/// A loaded adapter.
-#[derive(Clone, Debug)]
-pub struct LoraAdapter<'a> {
+/// A loaded adapter; it owns its (memory-mapped) file.
+pub struct LoraAdapter {
+    file: GgufFile,
     pub architecture: String,
     pub alpha: f32,
     /// Base tensor name → its A/B pair.
-    pub pairs: BTreeMap<String, LoraPair<'a>>,
+    pub pairs: BTreeMap<String, LoraPair>,
+}
+
+impl std::fmt::Debug for LoraAdapter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LoraAdapter")
+            .field("path", &self.file.path())
+            .field("architecture", &self.architecture)
+            .field("alpha", &self.alpha)
+            .field("pairs", &self.pairs.len())
+            .finish()
+    }
+}
+
+impl tinynn_cpu::WeightStore for LoraAdapter {
+    fn region(&self, i: usize) -> &[u8] {
+        if i == 0 {
+            self.file.bytes()
+        } else {
+            &[]
+        }
+    }
 }
 
 fn invalid(path: &std::path::Path, msg: impl std::fmt::Display) -> ModelError {
     ModelError::Invalid(format!("LoRA adapter {}: {msg}", path.display()))
 }
 
-fn tensor<'a>(file: &'a GgufFile, name: &str) -> Result<LoraTensor<'a>> {
+fn tensor(file: &GgufFile, name: &str) -> Result<LoraTensor> {
     let path = file.path();
     let t = file
         .tensor(name)
@@ -65,16 +91,22 @@ fn tensor<'a>(file: &'a GgufFile, name: &str) -> Result<LoraTensor<'a>> {
             format!("tensor '{name}' has dims {dims:?}, two are expected"),
         ));
     }
+    let start = t.data.as_ptr() as usize - file.bytes().as_ptr() as usize;
     Ok(LoraTensor {
         dtype,
         ne: [dims[0] as usize, dims[1] as usize],
-        data: t.data,
+        range: start..start + t.data.len(),
     })
 }
 
-impl<'a> LoraAdapter<'a> {
+impl LoraAdapter {
+    /// Opens and checks an adapter file.
+    pub fn open(path: impl AsRef<Path>) -> Result<LoraAdapter> {
+        LoraAdapter::from_gguf(GgufFile::open(path)?)
+    }
+
     /// Reads and checks an adapter file (metadata, A/B pairs, ranks).
-    pub fn from_gguf(file: &'a GgufFile) -> Result<LoraAdapter<'a>> {
+    pub fn from_gguf(file: GgufFile) -> Result<LoraAdapter> {
         let path = file.path();
         let g = file.gguf();
         let get_str = |k: &str| g.get_raw(k).and_then(Value::as_str);
@@ -122,8 +154,8 @@ impl<'a> LoraAdapter<'a> {
                     format!("tensor '{name}' is neither .lora_a nor .lora_b"),
                 ));
             };
-            let a = tensor(file, name)?;
-            let b = tensor(file, &format!("{base}.lora_b"))?;
+            let a = tensor(&file, name)?;
+            let b = tensor(&file, &format!("{base}.lora_b"))?;
             if a.ne[1] != b.ne[0] || a.ne[1] == 0 {
                 return Err(invalid(
                     path,
@@ -146,6 +178,7 @@ impl<'a> LoraAdapter<'a> {
             return Err(invalid(path, "no adapter tensors"));
         }
         Ok(LoraAdapter {
+            file,
             architecture,
             alpha,
             pairs,
@@ -193,7 +226,7 @@ impl<'a> LoraAdapter<'a> {
     }
 
     /// The factor of `B·A·x` at user scale `scale`: `scale·alpha/r`, or `scale` when alpha is 0.
-    pub fn factor(&self, pair: &LoraPair<'_>, scale: f32) -> f32 {
+    pub fn factor(&self, pair: &LoraPair, scale: f32) -> f32 {
         if self.alpha == 0.0 {
             scale
         } else {
@@ -201,19 +234,39 @@ impl<'a> LoraAdapter<'a> {
         }
     }
 
-    /// The bytes of adapter tensor `name` (`<base>.lora_a` or `<base>.lora_b`).
-    pub fn data(&self, name: &str) -> Option<&'a [u8]> {
+    /// Where adapter tensor `name` (`<base>.lora_a` or `<base>.lora_b`) lies in the file.
+    pub fn range(&self, name: &str) -> Option<Range<usize>> {
         if let Some(base) = name.strip_suffix(".lora_a") {
-            return self.pairs.get(base).map(|p| p.a.data);
+            return self.pairs.get(base).map(|p| p.a.range.clone());
         }
         let base = name.strip_suffix(".lora_b")?;
-        self.pairs.get(base).map(|p| p.b.data)
+        self.pairs.get(base).map(|p| p.b.range.clone())
+    }
+
+    /// The bytes of adapter tensor `name` (`<base>.lora_a` or `<base>.lora_b`).
+    pub fn data(&self, name: &str) -> Option<&[u8]> {
+        self.file.bytes().get(self.range(name)?)
+    }
+
+    /// The adapter's file.
+    pub fn path(&self) -> &Path {
+        self.file.path()
     }
 }
 
 /// An adapter applied at a scale.
-#[derive(Clone, Copy, Debug)]
-pub struct AppliedLora<'a> {
-    pub adapter: &'a LoraAdapter<'a>,
+#[derive(Clone, Debug)]
+pub struct AppliedLora {
+    pub adapter: Arc<LoraAdapter>,
     pub scale: f32,
+}
+
+impl AppliedLora {
+    /// `adapter` at user scale `scale`.
+    pub fn new(adapter: LoraAdapter, scale: f32) -> AppliedLora {
+        AppliedLora {
+            adapter: Arc::new(adapter),
+            scale,
+        }
+    }
 }

@@ -37,7 +37,7 @@ fn nll(logits: &[f32], target: u32) -> f64 {
 /// and take a whole window in one batch). `max_chunks` limits the windows; `bos` replaces the
 /// first token of each window when given.
 pub fn perplexity(
-    session: &mut Session<'_>,
+    session: &mut Session,
     tokens: &[u32],
     bos: Option<u32>,
     max_chunks: Option<usize>,

@@ -1,152 +1,194 @@
-//! A model ready to run: a one-token decode plan and one prefill plan (rebuilt when the batch
-//! size changes), bound weights, one KV cache and one executor. Prefill runs the prompt in batches of up to `n_batch` tokens; decoding runs
-//! the one-token plan. The cache tensors move (without copying) into whichever plan's memory
-//! runs next.
+//! A model ready to run: an owned [`Model`], one KV cache shared by up to `n_seq` sequences
+//! (see [`crate::kv_cells`]), compiled forward passes and one executor.
+//!
+//! A run takes a ragged batch of tokens, each appended to its own sequence
+//! ([`Session::decode`]): prompts of some sequences and the next tokens of others go through
+//! one plan run, so the weights are read once for all of them. Passes are compiled per
+//! (tokens, outputs) shape on first use and kept (the one-token pass always, a few others by
+//! recent use); the cache tensors move between their memories without copying.
+//!
+//! The one-sequence calls ([`Session::eval_batch`], [`Session::eval`], [`Session::n_past`],
+//! [`Session::truncate`], [`Session::reset`]) work on sequence 0.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use tinynn_core::ops::Op;
 use tinynn_core::plan::Plan;
-use tinynn_cpu::packed::{self, PackedWeight};
-use tinynn_cpu::{ExecOptions, Executor, Memory};
-use tinynn_format::model_config::ModelConfig;
+use tinynn_cpu::{ExecOptions, Executor, Memory, WeightStore};
 use tinynn_format::GgmlType;
 
-use crate::llama::{forward_graph_lora, ForwardGraph};
+use crate::kv_cells::{CellError, KvCells, MAX_SEQUENCES};
+use crate::llama::{forward_graph, ForwardGraph, GraphSpec};
 use crate::lora::AppliedLora;
-use crate::weights::WeightSource;
+use crate::model::Model;
 use crate::{ModelError, Result};
 
-/// One compiled forward pass and its memory.
-struct Pass<'m> {
-    io: ForwardGraph,
-    plan: Plan,
-    mem: Memory<'m>,
+/// How a session is made.
+#[derive(Clone, Debug)]
+pub struct SessionOptions {
+    /// KV cache rows (tokens) shared by all sequences; at most the model's trained context.
+    pub n_ctx: usize,
+    /// Sequences the cache holds (1 to 64).
+    pub n_seq: usize,
+    /// Most tokens per plan run (longer batches run in pieces).
+    pub n_batch: usize,
+    /// Threads, strict mode, repacking, tracing.
+    pub exec: ExecOptions,
+    /// With `all_logits`, [`Session::eval_batch`] keeps the logits of every token (perplexity).
+    pub all_logits: bool,
+    /// A LoRA adapter applied to every pass.
+    pub lora: Option<AppliedLora>,
 }
 
-pub struct Session<'m> {
-    src: WeightSource<'m>,
-    config: ModelConfig,
+impl Default for SessionOptions {
+    fn default() -> SessionOptions {
+        SessionOptions {
+            n_ctx: 4096,
+            n_seq: 1,
+            n_batch: 512,
+            exec: ExecOptions::default(),
+            all_logits: false,
+            lora: None,
+        }
+    }
+}
+
+impl SessionOptions {
+    /// One sequence with a context of `n_ctx` tokens.
+    pub fn new(n_ctx: usize, exec: ExecOptions) -> SessionOptions {
+        SessionOptions {
+            n_ctx,
+            exec,
+            ..SessionOptions::default()
+        }
+    }
+}
+
+/// One token of a batch: appended to sequence `seq`; `logits` asks for its output row.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BatchToken {
+    pub token: u32,
+    pub seq: usize,
+    pub logits: bool,
+}
+
+/// How [`Session::embed`] pools the hidden states of a text's tokens.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum Pooling {
+    /// The mean over the tokens (llama.cpp's `--pooling mean`).
+    #[default]
+    Mean,
+    /// The last token's state (`--pooling last`).
+    Last,
+}
+
+/// One compiled forward pass and its memory.
+struct Pass {
+    io: ForwardGraph,
+    plan: Plan,
+    mem: Memory<'static>,
+    /// Run counter at its last use (passes other than the first are dropped least recent first).
+    last_used: u64,
+}
+
+/// Passes kept besides the one-token pass.
+const MAX_EXTRA_PASSES: usize = 4;
+
+pub struct Session {
+    model: Arc<Model>,
+    opts: SessionOptions,
     n_ctx: usize,
     n_batch: usize,
-    passes: Vec<Pass<'m>>,
-    /// Prefill passes produce logits for every token (perplexity).
-    all_logits: bool,
+    passes: Vec<Pass>,
     cache_type: GgmlType,
     /// Index of the pass whose memory holds the KV cache.
     cache_home: usize,
     exec: Executor,
-    n_past: usize,
-    logits: Vec<f32>,
-    /// Rows in `logits` (1, or the batch size with `all_logits`).
-    n_logit_rows: usize,
-    mask: Vec<f32>,
-    /// Token ids, positions and cache rows of the running batch.
-    scratch: [Vec<i32>; 3],
+    cells: KvCells,
+    /// Per sequence: the tokens whose K/V the cache holds, in order.
+    tokens: Vec<Vec<u32>>,
+    /// Output rows of the last `decode` call, `[n_out][row_len]` flat.
+    out: Vec<f32>,
+    /// Length of one output row (the vocabulary, or the embedding size).
+    row_len: usize,
+    /// Inputs of the running piece, reused: token ids, positions, cache rows, output rows.
+    scratch: [Vec<i32>; 4],
+    runs: u64,
     /// The pass that ran last (for traces).
     last_pass: usize,
-    /// Packed copies of matrix weights, shared by every pass (`None`: not packable); empty
-    /// when repacking is off.
-    packs: Packs,
-    /// A LoRA adapter applied to every pass.
-    lora: Option<AppliedLora<'m>>,
 }
 
-type Packs = Option<HashMap<String, Option<Arc<PackedWeight>>>>;
-
-impl<'m> Session<'m> {
-    /// Loads the model in `src` (a GGUF file or an HF directory) with a context of `n_ctx` tokens
-    /// (at most the trained one) and prompt batches of up to 512 tokens.
-    pub fn new(
-        src: impl Into<WeightSource<'m>>,
-        n_ctx: usize,
-        opts: ExecOptions,
-    ) -> Result<Session<'m>> {
-        Session::with_all_logits(src, n_ctx, opts, false)
+impl Session {
+    /// A session over `model` with a context of `n_ctx` tokens (one sequence).
+    pub fn new(model: Arc<Model>, n_ctx: usize, exec: ExecOptions) -> Result<Session> {
+        Session::with_options(model, SessionOptions::new(n_ctx, exec))
     }
 
-    /// Like [`Session::new`]; with `all_logits`, [`Session::eval_batch`] keeps the logits of
-    /// every token of the last batch (see [`Session::all_logits`]).
-    pub fn with_all_logits(
-        src: impl Into<WeightSource<'m>>,
-        n_ctx: usize,
-        opts: ExecOptions,
-        all_logits: bool,
-    ) -> Result<Session<'m>> {
-        Session::with_lora(src, n_ctx, opts, all_logits, None)
-    }
-
-    /// Like [`Session::with_all_logits`], with a LoRA adapter applied at a scale (checked
-    /// against the model: architecture, tensor names and dims).
-    pub fn with_lora(
-        src: impl Into<WeightSource<'m>>,
-        n_ctx: usize,
-        opts: ExecOptions,
-        all_logits: bool,
-        lora: Option<AppliedLora<'m>>,
-    ) -> Result<Session<'m>> {
-        let src = src.into();
-        let config = src.config()?;
-        let n_ctx = n_ctx
-            .min(config.n_ctx_train.map_or(n_ctx, |c| c as usize))
+    /// A session as `opts` says.
+    pub fn with_options(model: Arc<Model>, opts: SessionOptions) -> Result<Session> {
+        let config = model.config();
+        let n_ctx = opts
+            .n_ctx
+            .min(config.n_ctx_train.map_or(opts.n_ctx, |c| c as usize))
             .max(1);
+        if opts.n_seq == 0 || opts.n_seq > MAX_SEQUENCES {
+            return Err(ModelError::Invalid(format!(
+                "{} sequences: a session holds 1 to {MAX_SEQUENCES}",
+                opts.n_seq
+            )));
+        }
         // Strict (reference) runs keep the cache in f32; otherwise F16, as llama.cpp does.
-        let cache_type = if opts.strict {
+        let cache_type = if opts.exec.strict {
             GgmlType::F32
         } else {
             GgmlType::F16
         };
-        let mut packs = (opts.repack && !opts.strict).then(HashMap::new);
-        let decode = Session::pass(
-            src, lora, &config, n_ctx, 1, true, false, cache_type, &mut packs,
-        )?;
-        let exec = Executor::with_options(&decode.plan, opts);
-        let n_vocab = decode.io.hparams.n_vocab;
+        let spec = GraphSpec {
+            n_cells: n_ctx,
+            n_tokens: 1,
+            n_out: 1,
+            cache_type,
+            masked: opts.n_seq > 1,
+            hidden: false,
+        };
+        let decode = Session::build_pass(&model, &opts, spec, true, 0)?;
+        let row_len = decode.io.hparams.n_vocab;
         Ok(Session {
-            src,
-            config,
             n_ctx,
-            n_batch: 512.min(n_ctx),
-            passes: vec![decode],
-            all_logits,
+            n_batch: opts.n_batch.clamp(1, n_ctx),
             cache_type,
             cache_home: 0,
-            exec,
-            n_past: 0,
-            logits: vec![0.0; n_vocab],
-            n_logit_rows: 1,
-            mask: Vec::new(),
+            exec: Executor::with_options(&decode.plan, opts.exec),
+            passes: vec![decode],
+            cells: KvCells::new(n_ctx, opts.n_seq),
+            tokens: vec![Vec::new(); opts.n_seq],
+            out: vec![0.0; row_len],
+            row_len,
             scratch: Default::default(),
+            runs: 0,
             last_pass: 0,
-            packs,
-            lora,
+            model,
+            opts,
         })
     }
 
-    /// A compiled pass; only the first (`owns_cache`) allocates the KV cache, the others borrow it.
-    /// Weights of matrix products get packed copies (made once, in `packs`) when enabled.
-    #[allow(clippy::too_many_arguments)]
-    fn pass(
-        src: WeightSource<'m>,
-        lora: Option<AppliedLora<'m>>,
-        config: &ModelConfig,
-        n_ctx: usize,
-        n_tokens: usize,
+    /// The model this session runs.
+    pub fn model(&self) -> &Arc<Model> {
+        &self.model
+    }
+
+    /// A compiled pass; only the first allocates the KV cache, the others borrow it. Weights
+    /// of matrix products read the model's packed copies when repacking is on.
+    fn build_pass(
+        model: &Arc<Model>,
+        opts: &SessionOptions,
+        spec: GraphSpec,
         owns_cache: bool,
-        all_logits: bool,
-        cache_type: GgmlType,
-        packs: &mut Packs,
-    ) -> Result<Pass<'m>> {
-        let io = forward_graph_lora(
-            src,
-            config,
-            n_ctx,
-            n_tokens,
-            all_logits && n_tokens > 1,
-            cache_type,
-            lora,
-        )?;
+        runs: u64,
+    ) -> Result<Pass> {
+        let src = model.source();
+        let lora = opts.lora.as_ref();
+        let io = forward_graph(src, model.config(), spec, lora)?;
         let plan = Plan::compile(io.graph.clone());
         let shared: &[_] = if owns_cache { &[] } else { &io.caches };
         let mut mem = Memory::new_sharing(&plan, shared);
@@ -157,37 +199,40 @@ impl<'m> Session<'m> {
             .filter(|n| n.op == Op::MulMat)
             .map(|n| n.src[0])
             .collect();
+        let repack = opts.exec.repack && !opts.exec.strict;
+        let store: Arc<dyn WeightStore> = model.clone();
         for (t, name) in &io.weights {
             // Adapter tensors come from the adapter's file, unpacked (they are small).
-            if let Some(data) = lora.and_then(|l| l.adapter.data(name)) {
-                mem.bind_weight(&plan, *t, data)?;
-                continue;
+            if let Some(l) = lora {
+                if let Some(range) = l.adapter.range(name) {
+                    let adapter: Arc<dyn WeightStore> = l.adapter.clone();
+                    mem.bind_weight_shared(&plan, *t, adapter, 0, range)?;
+                    continue;
+                }
             }
             let w = src
                 .get(name)?
                 .ok_or_else(|| ModelError::MissingTensor(name.clone()))?;
-            mem.bind_weight(&plan, *t, w.data)?;
-            let Some(packs) = packs.as_mut().filter(|_| matmul_weights.contains(t)) else {
-                continue;
-            };
-            let layout = plan.graph().layout(*t);
-            let p = packs.entry(name.clone()).or_insert_with(|| {
-                let p = packed::pack(layout.dtype, layout.ne, w.data).map(Arc::new);
-                // The packed copy serves the products; the file's pages can go (an embedding
-                // lookup of the same tensor reads its rows back on demand).
-                if p.is_some() {
-                    src.release(w.data);
+            let (region, range) = model.locate(w.data).ok_or_else(|| {
+                ModelError::Invalid(format!("'{name}' lies outside the model's files"))
+            })?;
+            mem.bind_weight_shared(&plan, *t, store.clone(), region, range)?;
+            if repack && matmul_weights.contains(t) {
+                let layout = plan.graph().layout(*t);
+                if let Some(p) = model.packed(name, layout.dtype, layout.ne, w.data) {
+                    mem.bind_packed(&plan, *t, p)?;
                 }
-                p
-            });
-            if let Some(p) = p {
-                mem.bind_packed(&plan, *t, p.clone())?;
             }
         }
         if let (Some(t), Some(f)) = (io.freq_input, &io.hparams.freq_factors) {
             mem.write_f32(&plan, t, f)?;
         }
-        Ok(Pass { io, plan, mem })
+        Ok(Pass {
+            io,
+            plan,
+            mem,
+            last_used: runs,
+        })
     }
 
     /// The last run's per-step timings as Chrome trace JSON, when the session was made with
@@ -202,32 +247,36 @@ impl<'m> Session<'m> {
         &self.passes[0].plan
     }
 
-    /// The plan for a batch of `n` tokens, built on first use.
+    /// The plan for a batch of `n` tokens of one sequence (last token's logits), built on first
+    /// use.
     pub fn plan_for(&mut self, n: usize) -> Result<&Plan> {
-        let i = self.pass_index(n)?;
+        let i = self.pass_index(n, 1, false)?;
         Ok(&self.passes[i].plan)
     }
 
-    fn pass_index(&mut self, n: usize) -> Result<usize> {
-        if let Some(i) = self.passes.iter().position(|p| p.io.n_tokens == n) {
+    fn pass_index(&mut self, n: usize, n_out: usize, hidden: bool) -> Result<usize> {
+        let spec = GraphSpec {
+            n_cells: self.n_ctx,
+            n_tokens: n,
+            n_out,
+            cache_type: self.cache_type,
+            masked: self.opts.n_seq > 1,
+            hidden,
+        };
+        if let Some(i) = self.passes.iter().position(|p| p.io.spec == spec) {
             return Ok(i);
         }
-        // Keep the decode pass and one prefill pass: a new batch size replaces the old one.
-        if self.passes.len() == 2 {
+        if self.passes.len() > MAX_EXTRA_PASSES {
+            let (oldest, _) = self.passes[1..]
+                .iter()
+                .enumerate()
+                .min_by_key(|(_, p)| p.last_used)
+                .map(|(i, p)| (i + 1, p.last_used))
+                .unwrap_or((1, 0));
             self.bring_cache(0)?;
-            self.passes.pop();
+            self.passes.remove(oldest);
         }
-        let pass = Session::pass(
-            self.src,
-            self.lora,
-            &self.config,
-            self.n_ctx,
-            n,
-            false,
-            self.all_logits,
-            self.cache_type,
-            &mut self.packs,
-        )?;
+        let pass = Session::build_pass(&self.model, &self.opts, spec, false, self.runs)?;
         self.passes.push(pass);
         Ok(self.passes.len() - 1)
     }
@@ -241,20 +290,23 @@ impl<'m> Session<'m> {
             .sum()
     }
 
-    /// Bytes of the packed weight copies (0 when repacking is off or nothing was packable).
+    /// Bytes of the model's packed weight copies (0 when repacking is off or nothing was
+    /// packable); shared by every session of the model.
     pub fn packed_bytes(&self) -> usize {
-        self.packs
-            .iter()
-            .flat_map(|m| m.values().flatten())
-            .map(|p| p.bytes())
-            .sum()
+        self.model.packed_bytes()
     }
 
+    /// KV cache rows, shared by all sequences.
     pub fn n_ctx(&self) -> usize {
         self.n_ctx
     }
 
-    /// Largest prompt batch.
+    /// Sequences the cache holds.
+    pub fn n_seq(&self) -> usize {
+        self.cells.n_seq()
+    }
+
+    /// Largest batch per plan run.
     pub fn n_batch(&self) -> usize {
         self.n_batch
     }
@@ -263,20 +315,71 @@ impl<'m> Session<'m> {
         self.n_batch = n.clamp(1, self.n_ctx);
     }
 
-    /// Tokens in the cache.
+    /// Cache rows no sequence holds.
+    pub fn n_free(&self) -> usize {
+        self.cells.n_free()
+    }
+
+    /// Tokens sequence 0 holds.
     pub fn n_past(&self) -> usize {
-        self.n_past
+        self.cells.len(0)
     }
 
-    /// Forgets the cached tokens (their rows are overwritten as new tokens come).
+    /// Forgets sequence 0's tokens.
     pub fn reset(&mut self) {
-        self.n_past = 0;
+        self.clear_seq(0);
     }
 
-    /// Keeps only the first `n` cached tokens (a conversation that shares a prefix with what
-    /// the cache holds continues from there).
+    /// Keeps only the first `n` tokens of sequence 0 (a conversation that shares a prefix with
+    /// what the cache holds continues from there).
     pub fn truncate(&mut self, n: usize) {
-        self.n_past = self.n_past.min(n);
+        self.truncate_seq(0, n);
+    }
+
+    /// Tokens sequence `seq` holds.
+    pub fn seq_len(&self, seq: usize) -> usize {
+        self.cells.len(seq)
+    }
+
+    /// The tokens sequence `seq` holds, in order.
+    pub fn seq_tokens(&self, seq: usize) -> &[u32] {
+        self.tokens.get(seq).map_or(&[], Vec::as_slice)
+    }
+
+    /// Keeps the first `n` tokens of sequence `seq`; the rest of its cache rows are freed.
+    pub fn truncate_seq(&mut self, seq: usize, n: usize) {
+        self.cells.truncate(seq, n);
+        if let Some(t) = self.tokens.get_mut(seq) {
+            t.truncate(n);
+        }
+    }
+
+    /// Forgets every token of sequence `seq`.
+    pub fn clear_seq(&mut self, seq: usize) {
+        self.truncate_seq(seq, 0);
+    }
+
+    /// Makes the first `n` tokens of sequence `src` the start of sequence `dst` as well (a shared
+    /// prompt prefix: the rows are shared, not copied); `dst`'s own tokens are dropped first.
+    pub fn copy_seq(&mut self, src: usize, dst: usize, n: usize) -> Result<()> {
+        self.cells
+            .copy_prefix(src, dst, n)
+            .map_err(|e| self.cell_error(e))?;
+        if src != dst {
+            let n = n.min(self.tokens[src].len());
+            self.tokens[dst] = self.tokens[src][..n].to_vec();
+        }
+        Ok(())
+    }
+
+    fn cell_error(&self, e: CellError) -> ModelError {
+        match e {
+            CellError::Full => ModelError::ContextFull(self.n_ctx),
+            CellError::NoSuchSequence(s) => ModelError::Invalid(format!(
+                "sequence {s} does not exist (the session holds {})",
+                self.cells.n_seq()
+            )),
+        }
     }
 
     /// Moves the KV cache into pass `to`'s memory.
@@ -299,89 +402,213 @@ impl<'m> Session<'m> {
         Ok(())
     }
 
-    /// With `all_logits`: the logits of every token of the last batch, `[n_tokens][n_vocab]`
-    /// flat (row i predicts the token after token i).
+    /// With `all_logits`: the logits of every token of the last [`Session::eval_batch`],
+    /// `[n_tokens][n_vocab]` flat (row i predicts the token after token i).
     pub fn all_logits(&self) -> &[f32] {
-        &self.logits
+        &self.out
     }
 
-    /// Runs `tokens` at the next positions (in batches) and returns the logits after the last.
+    /// Runs `tokens` at the next positions of sequence 0 (in batches) and returns the logits
+    /// after the last.
     pub fn eval_batch(&mut self, tokens: &[u32]) -> Result<&[f32]> {
         if tokens.is_empty() {
             return Err(ModelError::Invalid("no tokens to evaluate".into()));
         }
-        if self.n_past + tokens.len() > self.n_ctx {
-            return Err(ModelError::ContextFull(self.n_ctx));
-        }
-        for chunk in tokens.chunks(self.n_batch) {
-            self.run_chunk(chunk)?;
-        }
+        let all = self.opts.all_logits;
+        let last = tokens.len() - 1;
+        let batch: Vec<BatchToken> = tokens
+            .iter()
+            .enumerate()
+            .map(|(i, &token)| BatchToken {
+                token,
+                seq: 0,
+                logits: all || i == last,
+            })
+            .collect();
+        self.decode(&batch)?;
         Ok(self.logits())
     }
 
-    /// The logits after the last evaluated token.
-    pub fn logits(&self) -> &[f32] {
-        let n_vocab = self.passes[0].io.hparams.n_vocab;
-        &self.logits[(self.n_logit_rows - 1) * n_vocab..]
-    }
-
-    /// Runs one token at the next position and returns the logits after it.
+    /// Runs one token at the next position of sequence 0 and returns the logits after it.
     pub fn eval(&mut self, token: u32) -> Result<&[f32]> {
-        self.eval_batch(&[token])
+        self.decode(&[BatchToken {
+            token,
+            seq: 0,
+            logits: true,
+        }])?;
+        Ok(self.logits())
     }
 
-    fn run_chunk(&mut self, chunk: &[u32]) -> Result<()> {
-        let n = chunk.len();
-        let i = self.pass_index(n)?;
-        self.bring_cache(i)?;
-        let start = self.n_past;
-        // Inputs go through reused scratch vectors: nothing is allocated per token.
-        let [ids, pos, rows] = &mut self.scratch;
-        ids.clear();
-        for &t in chunk {
-            ids.push(
-                i32::try_from(t)
-                    .map_err(|_| ModelError::Invalid(format!("token id {t} is too large")))?,
-            );
+    /// The last output row of the last run (the logits after its last flagged token).
+    pub fn logits(&self) -> &[f32] {
+        let n = self.n_outputs();
+        self.output(n.saturating_sub(1))
+    }
+
+    /// Output rows of the last [`Session::decode`] (one per flagged token, in batch order).
+    pub fn n_outputs(&self) -> usize {
+        self.out.len() / self.row_len.max(1)
+    }
+
+    /// Output row `i` of the last [`Session::decode`]: the logits after the i-th flagged token.
+    pub fn output(&self, i: usize) -> &[f32] {
+        let r = self.row_len;
+        self.out.get(i * r..(i + 1) * r).unwrap_or_default()
+    }
+
+    /// Appends each token of `batch` to its sequence and runs them together (in pieces of at
+    /// most `n_batch` tokens); the tokens with `logits` set get output rows
+    /// ([`Session::output`]). Nothing changes when it fails: a batch that does not fit the
+    /// free cache rows, names a missing sequence or holds a bad token id leaves every sequence
+    /// as it was.
+    pub fn decode(&mut self, batch: &[BatchToken]) -> Result<()> {
+        self.run_batch(batch, false)
+    }
+
+    fn run_batch(&mut self, batch: &[BatchToken], hidden: bool) -> Result<()> {
+        if batch.is_empty() {
+            return Err(ModelError::Invalid("no tokens to evaluate".into()));
         }
+        if let Some(t) = batch.iter().find(|t| t.seq >= self.cells.n_seq()) {
+            return Err(self.cell_error(CellError::NoSuchSequence(t.seq)));
+        }
+        if batch.len() > self.cells.n_free() {
+            return Err(ModelError::ContextFull(self.n_ctx));
+        }
+        let before: Vec<usize> = (0..self.cells.n_seq()).map(|s| self.cells.len(s)).collect();
+        self.out.clear();
+        let n_batch = self.n_batch;
+        for piece in batch.chunks(n_batch) {
+            if let Err(e) = self.run_piece(piece, hidden) {
+                for (s, &n) in before.iter().enumerate() {
+                    self.truncate_seq(s, n);
+                }
+                self.out.clear();
+                return Err(e);
+            }
+        }
+        Ok(())
+    }
+
+    fn run_piece(&mut self, piece: &[BatchToken], hidden: bool) -> Result<()> {
+        let n = piece.len();
+        let flagged = piece.iter().filter(|t| t.logits).count();
+        // A piece without flagged tokens still outputs one row (discarded).
+        let n_out = flagged.max(1);
+        let i = self.pass_index(n, n_out, hidden)?;
+        self.bring_cache(i)?;
+        self.runs += 1;
+        let [ids, pos, rows, outs] = &mut self.scratch;
+        ids.clear();
         pos.clear();
-        pos.extend((start..start + n).map(|p| p as i32));
+        outs.clear();
+        let mut cells = Vec::with_capacity(n);
+        for (k, t) in piece.iter().enumerate() {
+            ids.push(
+                i32::try_from(t.token).map_err(|_| {
+                    ModelError::Invalid(format!("token id {} is too large", t.token))
+                })?,
+            );
+            pos.push(self.cells.len(t.seq) as i32);
+            let cell = self.cells.push(t.seq).map_err(|e| match e {
+                CellError::Full => ModelError::ContextFull(self.n_ctx),
+                CellError::NoSuchSequence(s) => {
+                    ModelError::Invalid(format!("sequence {s} does not exist"))
+                }
+            })?;
+            self.tokens[t.seq].push(t.token);
+            cells.push(cell as usize);
+            if t.logits {
+                outs.push(k as i32);
+            }
+        }
+        if outs.is_empty() {
+            outs.push(n as i32 - 1);
+        }
         let pass = &mut self.passes[i];
-        let (n_kv_heads, n_ctx) = (pass.io.hparams.n_head_kv, self.n_ctx);
+        pass.last_used = self.runs;
+        let (n_kv_heads, n_cells) = (pass.io.hparams.n_head_kv, self.n_ctx);
         rows.clear();
         rows.extend(
-            (0..n).flat_map(|t| (0..n_kv_heads).map(move |h| (h * n_ctx + start + t) as i32)),
+            cells
+                .iter()
+                .flat_map(|&c| (0..n_kv_heads).map(move |h| (h * n_cells + c) as i32)),
         );
+        let kv_len = self.cells.used_end();
         pass.mem.write_i32(&pass.plan, pass.io.tokens, ids)?;
         pass.mem.write_i32(&pass.plan, pass.io.pos, pos)?;
         pass.mem
-            .write_i32(&pass.plan, pass.io.kv_len, &[(start + n) as i32])?;
+            .write_i32(&pass.plan, pass.io.kv_len, &[kv_len as i32])?;
         pass.mem.write_i32(&pass.plan, pass.io.kv_rows, rows)?;
+        if let Some(t) = pass.io.out_ids {
+            pass.mem.write_i32(&pass.plan, t, outs)?;
+        }
         if let Some(mask) = pass.io.mask {
-            // Token q (at position start + q) sees cache rows 0..=start + q.
-            self.mask.clear();
-            for q in 0..n {
-                self.mask.extend((0..self.n_ctx).map(|j| {
-                    if j <= start + q {
-                        0.0
+            // Row q: 0 where token q may attend to cache row j, -inf elsewhere (rows from
+            // kv_len on are never read).
+            let bytes = pass.mem.persistent_mut(&pass.plan, mask)?;
+            for (q, t) in piece.iter().enumerate() {
+                let p = pos[q] as usize;
+                let row = &mut bytes[q * n_cells * 4..(q * n_cells + kv_len) * 4];
+                for (j, v) in row.chunks_exact_mut(4).enumerate() {
+                    let m = if self.cells.visible(j, t.seq, p) {
+                        0.0f32
                     } else {
                         f32::NEG_INFINITY
-                    }
-                }));
+                    };
+                    v.copy_from_slice(&m.to_le_bytes());
+                }
             }
-            pass.mem.write_f32(&pass.plan, mask, &self.mask)?;
         }
         self.exec.run(&pass.plan, &mut pass.mem)?;
         self.last_pass = i;
-        self.n_past += n;
-        let bytes = self.exec.bytes(&pass.plan, &pass.mem, pass.io.logits)?;
-        let n_vocab = pass.io.hparams.n_vocab;
-        self.logits.resize(bytes.len() / 4, 0.0);
-        for (l, c) in self.logits.iter_mut().zip(bytes.chunks_exact(4)) {
-            *l = f32::from_le_bytes([c[0], c[1], c[2], c[3]]);
-        }
-        self.n_logit_rows = self.logits.len() / n_vocab;
+        let bytes = self.exec.bytes(&pass.plan, &pass.mem, pass.io.output)?;
+        let row_len = bytes.len() / 4 / n_out;
+        let keep = if flagged == 0 { 0 } else { bytes.len() };
+        self.out.extend(
+            bytes[..keep]
+                .chunks_exact(4)
+                .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])),
+        );
+        self.row_len = row_len;
         Ok(())
+    }
+
+    /// The embedding of `tokens`: the model's final normalized hidden states, pooled and scaled
+    /// to unit length (llama.cpp's embedding mode). Runs in sequence `seq`, which is cleared
+    /// before and after.
+    pub fn embed(&mut self, seq: usize, tokens: &[u32], pooling: Pooling) -> Result<Vec<f32>> {
+        if tokens.is_empty() {
+            return Err(ModelError::Invalid("no tokens to embed".into()));
+        }
+        self.clear_seq(seq);
+        let last = tokens.len() - 1;
+        let batch: Vec<BatchToken> = tokens
+            .iter()
+            .enumerate()
+            .map(|(i, &token)| BatchToken {
+                token,
+                seq,
+                logits: pooling == Pooling::Mean || i == last,
+            })
+            .collect();
+        let result = self.run_batch(&batch, true);
+        self.clear_seq(seq);
+        result?;
+        let rows = self.n_outputs();
+        let mut e = vec![0f64; self.row_len];
+        for r in 0..rows {
+            for (a, &x) in e.iter_mut().zip(self.output(r)) {
+                *a += f64::from(x);
+            }
+        }
+        let norm = e.iter().map(|x| x * x).sum::<f64>().sqrt();
+        let inv = if norm > 0.0 { 1.0 / norm } else { 0.0 };
+        // Restore the logits row length for the next decode.
+        let embedding = e.iter().map(|&x| (x * inv) as f32).collect();
+        self.out.clear();
+        self.row_len = self.passes[0].io.hparams.n_vocab;
+        Ok(embedding)
     }
 }
 

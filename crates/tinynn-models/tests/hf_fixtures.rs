@@ -5,14 +5,14 @@
 use std::path::Path;
 
 use tinynn_cpu::ExecOptions;
-use tinynn_format::model_dir::HfModelDir;
-use tinynn_models::session::Session;
+use tinynn_models::model::Model;
+use tinynn_models::session::{Session, SessionOptions};
 
 fn check(name: &str) {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("tests/fixtures")
         .join(name);
-    let model = HfModelDir::open(&dir).unwrap();
+    let model = Model::open(&dir).unwrap();
     let reference: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(dir.join("logits.json")).unwrap()).unwrap();
     let tokens: Vec<u32> = reference["tokens"]
@@ -37,7 +37,13 @@ fn check(name: &str) {
         strict: true,
         ..ExecOptions::default()
     };
-    let mut s = Session::with_all_logits(&model, 32, opts, true).unwrap();
+    let so = SessionOptions {
+        n_ctx: 32,
+        exec: opts,
+        all_logits: true,
+        ..SessionOptions::default()
+    };
+    let mut s = Session::with_options(model, so).unwrap();
     s.eval_batch(&tokens).unwrap();
     let got = s.all_logits();
     let n_vocab = want[0].len();

@@ -6,10 +6,9 @@
 //! every other step exactly, feeding llama.cpp's token at step 14 so the rest stays comparable.
 
 use tinynn_cpu::ExecOptions;
-use tinynn_format::gguf::GgufFile;
 use tinynn_format::model_cache::ensure_default_model;
+use tinynn_models::model::Model;
 use tinynn_models::session::{argmax, Session};
-use tinynn_models::vocab::Vocab;
 
 const PROMPT: [u32; 5] = [504, 3575, 282, 4649, 314];
 const LLAMA_CPP_IDS: [u32; 22] = [
@@ -22,13 +21,13 @@ const CLOSE_STEP: usize = 14;
 
 #[test]
 fn greedy_continuation_matches_llama_cpp() {
-    let file = GgufFile::open(ensure_default_model().unwrap()).unwrap();
-    let vocab = Vocab::from_gguf(file.gguf()).unwrap();
+    let model = Model::open(ensure_default_model().unwrap()).unwrap();
+    let vocab = model.vocab().unwrap();
     let opts = ExecOptions {
         threads: 2,
         ..ExecOptions::default()
     };
-    let mut s = Session::new(&file, 256, opts).unwrap();
+    let mut s = Session::new(model.clone(), 256, opts).unwrap();
     // The prompt goes in one batch (as llama.cpp runs it), then one token at a time.
     let mut logits = s.eval_batch(&PROMPT).unwrap().to_vec();
     let mut out = Vec::new();
@@ -62,8 +61,8 @@ fn greedy_continuation_matches_llama_cpp() {
 
 #[test]
 fn session_errors_are_clear() {
-    let file = GgufFile::open(ensure_default_model().unwrap()).unwrap();
-    let mut s = Session::new(&file, 2, ExecOptions::default()).unwrap();
+    let model = Model::open(ensure_default_model().unwrap()).unwrap();
+    let mut s = Session::new(model.clone(), 2, ExecOptions::default()).unwrap();
     assert_eq!(s.n_ctx(), 2);
     let err = s.eval(49152).err().unwrap().to_string();
     assert!(
@@ -79,17 +78,17 @@ fn session_errors_are_clear() {
 
 #[test]
 fn batched_prefill_equals_token_by_token() {
-    let file = GgufFile::open(ensure_default_model().unwrap()).unwrap();
+    let model = Model::open(ensure_default_model().unwrap()).unwrap();
     let opts = ExecOptions {
         threads: 2,
         ..ExecOptions::default()
     };
-    let mut one = Session::new(&file, 64, opts).unwrap();
+    let mut one = Session::new(model.clone(), 64, opts).unwrap();
     let mut want = Vec::new();
     for &t in &PROMPT {
         want = one.eval(t).unwrap().to_vec();
     }
-    let mut batched = Session::new(&file, 64, opts).unwrap();
+    let mut batched = Session::new(model.clone(), 64, opts).unwrap();
     batched.set_n_batch(3); // batches of 3 then 2: two prefill plans and a cache hand-over
     let got = batched.eval_batch(&PROMPT).unwrap().to_vec();
     let max_diff = got
@@ -141,12 +140,12 @@ fn strict_top10_logits_match_transformers() {
         (3692, 12.5837),
         (3575, 12.1223),
     ];
-    let file = GgufFile::open(ensure_default_model().unwrap()).unwrap();
+    let model = Model::open(ensure_default_model().unwrap()).unwrap();
     let opts = ExecOptions {
         strict: true,
         ..ExecOptions::default()
     };
-    let mut s = Session::new(&file, 64, opts).unwrap();
+    let mut s = Session::new(model.clone(), 64, opts).unwrap();
     let logits = s.eval_batch(&PROMPT).unwrap().to_vec();
     let mut order: Vec<usize> = (0..logits.len()).collect();
     order.sort_by(|&a, &b| logits[b].total_cmp(&logits[a]));
@@ -163,7 +162,7 @@ fn strict_top10_logits_match_transformers() {
     eprintln!("strict top-10: largest difference from transformers {worst:.6}");
 
     // And transformers' greedy text, up to and including the end token.
-    let vocab = Vocab::from_gguf(file.gguf()).unwrap();
+    let vocab = model.vocab().unwrap();
     let mut logits = logits;
     let mut out = Vec::new();
     while out.len() < 40 {

@@ -7,7 +7,8 @@ use std::path::Path;
 use tinynn_cpu::ExecOptions;
 use tinynn_format::gguf::GgufFile;
 use tinynn_format::GgmlType;
-use tinynn_models::session::Session;
+use tinynn_models::model::Model;
+use tinynn_models::session::{Session, SessionOptions};
 use tinynn_train::{TrainConfig, TrainError, Trainer};
 
 mod common;
@@ -92,7 +93,13 @@ fn a_trained_model_exports_to_gguf_that_inference_loads() {
             strict: true,
             ..ExecOptions::default()
         };
-        let mut s = Session::with_all_logits(&f, 64, opts, true).unwrap();
+        let so = SessionOptions {
+            n_ctx: 64,
+            exec: opts,
+            all_logits: true,
+            ..SessionOptions::default()
+        };
+        let mut s = Session::with_options(Model::open(&out).unwrap(), so).unwrap();
         let tokens: Vec<u32> = ids.iter().map(|&i| i as u32).collect();
         s.eval_batch(&tokens).unwrap();
         let logits = s.all_logits();

@@ -9,7 +9,8 @@ use tinynn_cpu::ExecOptions;
 use tinynn_format::gguf::{GgufFile, Value};
 use tinynn_format::GgmlType;
 use tinynn_models::lora::{AppliedLora, LoraAdapter};
-use tinynn_models::session::Session;
+use tinynn_models::model::Model;
+use tinynn_models::session::{Session, SessionOptions};
 use tinynn_train::{LoraConfig, Targets, TrainConfig, TrainError, TrainSource, Trainer};
 
 mod common;
@@ -157,7 +158,7 @@ fn qlora_trains_only_the_adapter_and_exports_it() {
         ),
         (w.info.dims[0], w.info.dims[1], 4, 4)
     );
-    let adapter = LoraAdapter::from_gguf(&ad_file).unwrap();
+    let adapter = std::sync::Arc::new(LoraAdapter::open(&ad_path).unwrap());
     assert_eq!(adapter.pairs.len(), 14);
 
     // Inference: base, base + adapter at scale 0 and 1.
@@ -166,15 +167,23 @@ fn qlora_trains_only_the_adapter_and_exports_it() {
         threads: 2,
         ..ExecOptions::default()
     };
-    let logits = |lora: Option<AppliedLora<'_>>, f: &GgufFile| {
-        let mut s = Session::with_lora(f, 64, opts, true, lora).unwrap();
+    let logits = |lora: Option<AppliedLora>, f: &GgufFile| {
+        let model = Model::open(f.path()).unwrap();
+        let so = SessionOptions {
+            n_ctx: 64,
+            exec: opts,
+            all_logits: true,
+            lora,
+            ..SessionOptions::default()
+        };
+        let mut s = Session::with_options(model, so).unwrap();
         s.eval_batch(&tokens).unwrap();
         s.all_logits().to_vec()
     };
     let base = logits(None, &file);
     let zero = logits(
         Some(AppliedLora {
-            adapter: &adapter,
+            adapter: adapter.clone(),
             scale: 0.0,
         }),
         &file,
@@ -182,7 +191,7 @@ fn qlora_trains_only_the_adapter_and_exports_it() {
     assert_eq!(base, zero, "scale 0 is the base model");
     let one = logits(
         Some(AppliedLora {
-            adapter: &adapter,
+            adapter: adapter.clone(),
             scale: 1.0,
         }),
         &file,
@@ -232,38 +241,23 @@ fn mismatched_adapters_are_refused() {
     let mut params = t.params().unwrap();
     let ok = dir.path().join("ok.gguf");
     t.export_adapter(&ok).unwrap();
-    let ok_file = GgufFile::open(&ok).unwrap();
-    let adapter = LoraAdapter::from_gguf(&ok_file).unwrap();
-    let opts = ExecOptions::default();
-    assert!(Session::with_lora(
-        &file,
-        64,
-        opts,
-        false,
-        Some(AppliedLora {
-            adapter: &adapter,
-            scale: 1.0
-        })
-    )
-    .is_ok());
+    let model = Model::open(&src).unwrap();
+    let session = |adapter: LoraAdapter| {
+        let so = SessionOptions {
+            n_ctx: 64,
+            lora: Some(AppliedLora::new(adapter, 1.0)),
+            ..SessionOptions::default()
+        };
+        Session::with_options(model.clone(), so)
+    };
+    assert!(session(LoraAdapter::open(&ok).unwrap()).is_ok());
     // Another architecture.
     let qwen = dir.path().join("qwen.gguf");
     tinynn_train::lora::write_adapter(&qwen, "qwen2", t.lora().unwrap(), &params).unwrap();
-    let qf = GgufFile::open(&qwen).unwrap();
-    let qa = LoraAdapter::from_gguf(&qf).unwrap();
-    let err = Session::with_lora(
-        &file,
-        64,
-        opts,
-        false,
-        Some(AppliedLora {
-            adapter: &qa,
-            scale: 1.0,
-        }),
-    )
-    .err()
-    .unwrap()
-    .to_string();
+    let err = session(LoraAdapter::open(&qwen).unwrap())
+        .err()
+        .unwrap()
+        .to_string();
     assert!(err.contains("architecture 'qwen2'"), "{err}");
     // Wrong shapes: A with one row too few.
     let a = &mut params[0];
@@ -271,24 +265,13 @@ fn mismatched_adapters_are_refused() {
     a.data.truncate(a.dims[0] * a.dims[1]);
     let bad = dir.path().join("bad.gguf");
     tinynn_train::lora::write_adapter(&bad, "llama", t.lora().unwrap(), &params).unwrap();
-    let bf = GgufFile::open(&bad).unwrap();
-    let ba = LoraAdapter::from_gguf(&bf).unwrap();
-    let err = Session::with_lora(
-        &file,
-        64,
-        opts,
-        false,
-        Some(AppliedLora {
-            adapter: &ba,
-            scale: 1.0,
-        }),
-    )
-    .err()
-    .unwrap()
-    .to_string();
+    let err = session(LoraAdapter::open(&bad).unwrap())
+        .err()
+        .unwrap()
+        .to_string();
     assert!(err.contains("does not fit"), "{err}");
     // Not an adapter at all.
-    assert!(LoraAdapter::from_gguf(&file)
+    assert!(LoraAdapter::open(&src)
         .unwrap_err()
         .to_string()
         .contains("general.type"));
