@@ -1,7 +1,13 @@
 //! Runs a plan: one arena allocated up front, every step on every thread of a persistent pool
 //! with a barrier between steps, nothing allocated while running.
+//!
+//! Executors share the process-wide pool ([`ThreadPool::global`]): two sessions in one process
+//! do not each spawn threads. Runs of executors on different threads take turns on it (a run
+//! on one thread, strict mode's, runs on its caller and waits for nobody).
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::Instant;
 
 use tinynn_core::plan::{Location, Plan, Region};
@@ -10,7 +16,7 @@ use tinynn_format::GgmlType;
 
 use crate::kernels::{self, RawTensor, RunErrors, StepArgs, ERR_INDEX, MAX_SRC};
 use crate::memory::{AlignedBuf, Memory, MemoryError};
-use crate::pool::{RunStats, ThreadPool};
+use crate::pool::{JobPanicked, RunError, RunStats, ThreadPool};
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ExecError {
@@ -24,6 +30,14 @@ pub enum ExecError {
     Kernel,
     #[error("'{0}' has no value to read: it is not an output of this plan")]
     NotReadable(String),
+    /// A kernel panicked (a bug): the run stopped at the step it was in, and the arena and the
+    /// persistent tensors it was writing hold partial results. The executor runs the next plan
+    /// normally.
+    #[error("thread {thread} panicked: {message}")]
+    Panic { thread: usize, message: String },
+    /// The run was started from inside a job of a thread pool (it would deadlock).
+    #[error("a plan was run from inside a thread-pool job")]
+    NestedRun,
 }
 
 /// How an executor runs plans.
@@ -66,7 +80,12 @@ impl Default for ExecOptions {
 }
 
 pub struct Executor {
-    pool: ThreadPool,
+    /// The process-wide pool (at least `n_threads` threads); runs use the first `n_threads`.
+    pool: Arc<ThreadPool>,
+    /// Threads this executor runs on (what it was asked for; 1 in strict mode).
+    n_threads: usize,
+    /// Per thread: the step it was in when it panicked (written only then).
+    panic_steps: Vec<AtomicUsize>,
     arena: AlignedBuf,
     /// Base address of each region, refreshed at each run: arena, weights, persistents.
     bases: Vec<usize>,
@@ -121,7 +140,7 @@ impl ThreadChoice {
 
 struct Job<'a> {
     plan: &'a Plan,
-    /// Stride of the trace slots (the pool's thread count).
+    /// Stride of the trace slots (the executor's thread count).
     span_threads: usize,
     bases: &'a [usize],
     n_weights: usize,
@@ -152,11 +171,15 @@ impl Job<'_> {
         }
     }
 
-    fn run(&self, ctx: &crate::pool::Ctx<'_>) {
+    /// Runs every step; `at` follows the step this thread is in (read when it panics).
+    fn run(&self, ctx: &crate::pool::Ctx<'_>, at: &mut usize) {
         let g = self.plan.graph();
         for (i, step) in self.plan.steps().iter().enumerate() {
+            *at = i;
             let started = self.trace.map(|(_, t0)| t0.elapsed().as_nanos() as u64);
             let node = g.node(step.node);
+            #[cfg(test)]
+            tests::fault(&node.name, ctx);
             let mut src = [None; MAX_SRC];
             for (slot, &s) in src.iter_mut().zip(&node.src) {
                 *slot = Some(self.raw(s));
@@ -203,7 +226,10 @@ impl Job<'_> {
                 spans[slot].store(start, Ordering::Relaxed);
                 spans[slot + 1].store(t0.elapsed().as_nanos() as u64, Ordering::Relaxed);
             }
-            ctx.barrier();
+            if ctx.barrier().is_err() {
+                // Another thread panicked: what later steps read may never have been written.
+                return;
+            }
         }
     }
 }
@@ -221,14 +247,20 @@ impl Executor {
     }
 
     pub fn with_options(plan: &Plan, opts: ExecOptions) -> Executor {
-        let threads = if opts.strict { 1 } else { opts.threads.max(1) };
+        let threads = if opts.strict {
+            1
+        } else {
+            opts.threads.clamp(1, crate::pool::MAX_THREADS)
+        };
         let spans = opts.trace.then(|| {
             (0..2 * plan.steps().len() * threads)
                 .map(|_| AtomicU64::new(0))
                 .collect()
         });
         Executor {
-            pool: ThreadPool::new(threads),
+            pool: ThreadPool::global(threads),
+            n_threads: threads,
+            panic_steps: (0..threads).map(|_| AtomicUsize::new(usize::MAX)).collect(),
             arena: AlignedBuf::zeroed(plan.arena_bytes()),
             bases: Vec::with_capacity(1 + plan.weights().len() + plan.persistents().len()),
             errors: RunErrors::default(),
@@ -245,8 +277,9 @@ impl Executor {
         }
     }
 
+    /// The threads runs use (the pool may have more: it is shared).
     pub fn n_threads(&self) -> usize {
-        self.pool.n_threads()
+        self.n_threads
     }
 
     /// Runs every step of `plan` against `mem` (made by `Memory::new(plan)`).
@@ -271,7 +304,7 @@ impl Executor {
                 .into());
             }
         }
-        let span_slots = 2 * plan.steps().len() * self.pool.n_threads();
+        let span_slots = 2 * plan.steps().len() * self.n_threads;
         if let Some(spans) = self.spans.as_mut().filter(|s| s.len() != span_slots) {
             *spans = (0..span_slots).map(|_| AtomicU64::new(0)).collect();
         }
@@ -293,7 +326,7 @@ impl Executor {
         }
         let job = Job {
             plan,
-            span_threads: self.pool.n_threads(),
+            span_threads: self.n_threads,
             bases: &self.bases,
             n_weights: mem.weights.len(),
             packed: &mem.packed,
@@ -304,8 +337,23 @@ impl Executor {
             bf16_matmul: self.bf16_matmul,
             trace: self.spans.as_deref().map(|s| (s, Instant::now())),
         };
-        let stats = self.pool.run_on(self.threads.active, &|ctx| job.run(ctx));
-        self.threads.after(stats, self.pool.n_threads());
+        let panic_steps = &self.panic_steps;
+        let ran = self.pool.run_on(self.threads.active, &|ctx| {
+            let mut at = usize::MAX;
+            if let Err(payload) = catch_unwind(AssertUnwindSafe(|| job.run(ctx, &mut at))) {
+                panic_steps[ctx.ith].store(at, Ordering::Relaxed);
+                resume_unwind(payload);
+            }
+        });
+        let stats = match ran {
+            Ok(stats) => stats,
+            Err(e) => {
+                // Kernel errors of a run that did not finish mean nothing.
+                self.errors.take();
+                return Err(self.run_error(plan, e));
+            }
+        };
+        self.threads.after(stats, self.n_threads);
         match self.errors.take() {
             None => Ok(()),
             Some((ERR_INDEX, v)) => Err(ExecError::IndexOutOfRange(v as i32)),
@@ -313,12 +361,40 @@ impl Executor {
         }
     }
 
+    /// `ExecError` for a run that did not complete, naming the step a panic happened in.
+    fn run_error(&self, plan: &Plan, e: RunError) -> ExecError {
+        let JobPanicked { thread, message } = match e {
+            RunError::Panicked(p) => p,
+            RunError::Nested => return ExecError::NestedRun,
+        };
+        let message = message.unwrap_or_else(|| "(no message)".to_owned());
+        let step = self
+            .panic_steps
+            .get(thread)
+            .map_or(usize::MAX, |s| s.load(Ordering::Relaxed));
+        self.panic_steps
+            .iter()
+            .for_each(|s| s.store(usize::MAX, Ordering::Relaxed));
+        let message = match plan.steps().get(step) {
+            Some(st) => {
+                let node = plan.graph().node(st.node);
+                format!(
+                    "in step {step} ({} '{}'): {message}",
+                    node.op.name(),
+                    node.name
+                )
+            }
+            None => message,
+        };
+        ExecError::Panic { thread, message }
+    }
+
     /// The last run's step timings as Chrome trace JSON (load it in `chrome://tracing` or
     /// Perfetto): one event per step and thread with the op, tensor, shape and type. `None`
     /// unless the executor was made with `trace: true`.
     pub fn chrome_trace(&self, plan: &Plan) -> Option<String> {
         let spans = self.spans.as_ref()?;
-        let threads = self.pool.n_threads();
+        let threads = self.n_threads;
         let mut events = Vec::new();
         for (i, step) in plan.steps().iter().enumerate() {
             let node = plan.graph().node(step.node);
@@ -427,7 +503,121 @@ fn json_escape(s: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::Mutex;
     use std::time::Duration;
+    use tinynn_core::graph::Graph;
+
+    /// Test-only fault injection (compiled only into this crate's unit tests): a node named
+    /// `panic@K` makes thread K (the last one when there are fewer) panic in its step.
+    pub(super) fn fault(name: &str, ctx: &crate::pool::Ctx<'_>) {
+        if let Some(k) = name.strip_prefix("panic@") {
+            let k: usize = k.parse().unwrap_or(0);
+            if ctx.ith == k.min(ctx.nth - 1) {
+                panic!("injected fault in '{name}'");
+            }
+        }
+    }
+
+    /// `y = ((x + x) * x + x) · w` over a few steps (a matrix product with its barriers among
+    /// them), the second step named `fault` when given.
+    fn plan(fault: Option<&str>) -> (Plan, TensorId, TensorId, TensorId) {
+        let mut g = Graph::new();
+        let x = g.input("x", GgmlType::F32, &[64, 8]).unwrap();
+        let w = g.weight("w", GgmlType::Q8_0, &[64, 32]).unwrap();
+        let a = g.add(x, x).unwrap();
+        let b = g.mul(a, x).unwrap();
+        if let Some(name) = fault {
+            g.set_name(b, name).unwrap();
+        }
+        let c = g.add(b, x).unwrap();
+        let y = g.mul_mat(w, c).unwrap();
+        g.set_output(y).unwrap();
+        (Plan::compile(g), x, w, y)
+    }
+
+    fn run_plan(exec: &mut Executor, fault: Option<&str>) -> Result<Vec<f32>, ExecError> {
+        let (plan, x, w, y) = plan(fault);
+        let wv: Vec<f32> = (0..64 * 32).map(|i| ((i % 7) as f32 - 3.0) / 8.0).collect();
+        let mut wb = vec![0u8; tinynn_core::quant::row_bytes(GgmlType::Q8_0, wv.len()).unwrap()];
+        tinynn_core::quant::quantize_row(GgmlType::Q8_0, &wv, &mut wb).unwrap();
+        let mut mem = Memory::new(&plan);
+        mem.bind_weight(&plan, w, &wb).unwrap();
+        let xv: Vec<f32> = (0..64 * 8).map(|i| ((i % 5) as f32 - 2.0) / 4.0).collect();
+        mem.write_f32(&plan, x, &xv).unwrap();
+        exec.run(&plan, &mut mem)?;
+        exec.read_f32(&plan, &mem, y)
+    }
+
+    #[test]
+    fn a_panicking_kernel_is_an_error_and_the_next_plan_runs() {
+        for threads in [1, 2, 3] {
+            let (plan0, ..) = plan(None);
+            let mut exec = Executor::with_options(
+                &plan0,
+                ExecOptions {
+                    threads,
+                    trace: true,
+                    ..ExecOptions::default()
+                },
+            );
+            let want = run_plan(&mut exec, None).unwrap();
+            for culprit in 0..threads {
+                let name = format!("panic@{culprit}");
+                let err = run_plan(&mut exec, Some(&name)).unwrap_err();
+                let ExecError::Panic { thread, message } = &err else {
+                    panic!("{err:?}");
+                };
+                assert_eq!(*thread, culprit, "{threads} threads");
+                assert!(
+                    message.contains("step 1 (mul '")
+                        && message.contains(&format!("injected fault in '{name}'")),
+                    "{message}"
+                );
+                assert!(err
+                    .to_string()
+                    .starts_with(&format!("thread {culprit} panicked")));
+                // The same executor (and pool) runs the next plan in full.
+                assert_eq!(run_plan(&mut exec, None).unwrap(), want);
+                assert!(exec.chrome_trace(&plan0).is_some());
+            }
+        }
+    }
+
+    #[test]
+    fn executors_on_several_threads_share_the_pool_and_take_turns() {
+        let (plan0, ..) = plan(None);
+        let want = run_plan(&mut Executor::new(&plan0, 1), None).unwrap();
+        std::thread::scope(|scope| {
+            for t in 0..4 {
+                let want = &want;
+                let plan0 = &plan0;
+                scope.spawn(move || {
+                    let mut exec = Executor::new(plan0, 1 + t % 3);
+                    for _ in 0..50 {
+                        assert_eq!(&run_plan(&mut exec, None).unwrap(), want);
+                    }
+                });
+            }
+        });
+    }
+
+    #[test]
+    fn a_plan_run_from_inside_a_job_is_refused() {
+        let (plan0, ..) = plan(None);
+        let exec = Mutex::new(Executor::new(&plan0, 2));
+        let pool = ThreadPool::new(2);
+        let answers = Mutex::new(Vec::new());
+        pool.run_on(1, &|_| {
+            let r = run_plan(&mut exec.lock().unwrap(), None);
+            answers.lock().unwrap().push(r);
+        })
+        .unwrap();
+        assert_eq!(
+            answers.into_inner().unwrap(),
+            vec![Err(ExecError::NestedRun)]
+        );
+        assert!(run_plan(&mut exec.lock().unwrap(), None).is_ok());
+    }
 
     fn stats(threads: usize, wall_ms: u64, slept_ms: u64) -> RunStats {
         RunStats {

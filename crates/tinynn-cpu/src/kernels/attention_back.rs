@@ -108,7 +108,9 @@ fn back_tiled(io: &BackIo, group: usize, ctx: &Ctx<'_>) {
             // stats slot are this thread's.
             unsafe { tiles::query_tile(io, hk, &lanes[..n], scratch) };
         }
-        ctx.barrier();
+        if ctx.barrier().is_err() {
+            return;
+        }
         let per_kv_head = n_kv.div_ceil(LANES);
         for job in (ctx.ith..n_head_kv * per_kv_head).step_by(ctx.nth) {
             let (hk, t) = (job / per_kv_head, job % per_kv_head);
@@ -242,7 +244,9 @@ pub(crate) fn flash_attn_back(
             stats.add(2 * job + 1).write(dsum);
         }
     }
-    ctx.barrier();
+    if ctx.barrier().is_err() {
+        return;
+    }
 
     // Phase 2: per (hk, j): dk and dv over the group's heads and every query.
     for job in split(n_kv * n_head_kv, ctx.ith, ctx.nth) {

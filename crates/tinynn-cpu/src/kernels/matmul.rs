@@ -55,7 +55,8 @@ pub(crate) fn gemm_batches(ne: [usize; 4], ctx: &Ctx<'_>, make: impl Fn(usize, u
 /// Phase 1 of a matrix product with weights `w`: every thread converts its share of the rows
 /// of `x` into the weights' dot type in the step's work buffer, then all meet at a barrier.
 /// Returns the work buffer as a contiguous `[K, rows]` tensor and the dot kernel, or `None`
-/// (recorded as an error) — the same answer on every thread, so none waits alone.
+/// (recorded as an error) — the same answer on every thread, so none waits alone — or when
+/// the barrier was poisoned (another thread panicked: the work buffer is incomplete).
 pub(crate) fn prepare_activations(
     a: &StepArgs<'_>,
     w: &RawTensor,
@@ -87,7 +88,7 @@ pub(crate) fn prepare_activations(
             a.errors.record(ERR_KERNEL, 0);
         }
     }
-    ctx.barrier();
+    ctx.barrier().ok()?;
     Some((work, dot))
 }
 
@@ -179,7 +180,9 @@ fn mul_mat_packed(p: &PackedWeight, a: &StepArgs<'_>, ctx: &Ctx<'_>) {
             c0 += len;
         }
     }
-    ctx.barrier();
+    if ctx.barrier().is_err() {
+        return;
+    }
     // SAFETY: the work buffer holds every activation row (barrier above); dst is contiguous
     // F32 with `rows` rows of n_rows values, and this thread's groups are its own columns.
     unsafe {

@@ -159,7 +159,9 @@ fn mul_mat_t_dequantized(a: &StepArgs<'_>, ctx: &Ctx<'_>) {
                 a.errors.record(ERR_KERNEL, 0);
             }
         }
-        ctx.barrier();
+        if ctx.barrier().is_err() {
+            return;
+        }
         let (c, cm) = if n0 == 0 {
             (dst.row_f32_ptr(0, 0, 0), dst.layout.nb[1] / 4)
         } else {
@@ -185,7 +187,9 @@ fn mul_mat_t_dequantized(a: &StepArgs<'_>, ctx: &Ctx<'_>) {
             nr,
             bf16: a.bf16_matmul,
         });
-        ctx.barrier();
+        if ctx.barrier().is_err() {
+            return;
+        }
         if n0 > 0 {
             for mi in split(m, ctx.ith, ctx.nth) {
                 let out = dst.row_f32_ptr(mi, 0, 0);
@@ -198,7 +202,9 @@ fn mul_mat_t_dequantized(a: &StepArgs<'_>, ctx: &Ctx<'_>) {
                     };
                 }
             }
-            ctx.barrier();
+            if ctx.barrier().is_err() {
+                return;
+            }
         }
         n0 += nr;
     }

@@ -7,6 +7,9 @@
 //! element i is read before element i is written, by the same thread), and the executor puts a
 //! barrier between steps. Each thread writes only its own rows. Those facts are what the
 //! `// SAFETY:` notes below rely on.
+//!
+//! A kernel that meets at a barrier itself must return as soon as `ctx.barrier()` answers
+//! `Err(Poisoned)` (another thread panicked): what it would read next was never written.
 
 mod attention;
 mod attention_back;
@@ -229,8 +232,8 @@ fn per_batch(
     let [nq, nk] = [0, 1].map(|i| a.src(i).layout.n_elements());
     let [bq, bk, bv] = [0, 1, 2].map(|i| a.src(i).layout.n_elements() / batches);
     for b in 0..batches {
-        if b > 0 {
-            ctx.barrier();
+        if b > 0 && ctx.barrier().is_err() {
+            return;
         }
         let mut src = a.src;
         for (i, s) in src.iter_mut().enumerate().take(n_src) {

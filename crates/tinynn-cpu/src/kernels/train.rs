@@ -45,7 +45,9 @@ pub(crate) fn cross_entropy_loss(a: &StepArgs<'_>, ctx: &Ctx<'_>) {
             partials.add(2 * ith + 1).write(count);
         }
     }
-    ctx.barrier();
+    if ctx.barrier().is_err() {
+        return;
+    }
     if ctx.ith == 0 {
         let (mut total, mut n) = (0f64, 0f64);
         for t in 0..nth {
