@@ -1,23 +1,25 @@
-//! The training loop `tnn finetune` and `tnn train` share: batches, learning-rate schedule,
-//! optimizer steps, eval, checkpoints (`--save-every`, at the end, on Ctrl-C), `--resume`,
-//! the JSONL metrics log, the progress bar and the loss-curve PNG.
+//! The flags `tnn finetune` and `tnn train` share, turned into the library's
+//! [`LoopConfig`](tinynn_train::train_loop::LoopConfig), and the terminal side of the training
+//! loop (`tinynn_train::train_loop::fit`): the Ctrl-C handler that sets the stop flag, and the
+//! progress bar and messages on stderr.
 
 use std::io::IsTerminal;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::Instant;
 
-use anyhow::{bail, Context, Result};
+use anyhow::Result;
 use clap::{Args, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
 use tinynn_format::GgmlType;
-use tinynn_train::checkpoint::{self, Checkpoint, CheckpointMeta, SaveOptions, TensorRef};
 use tinynn_train::data::{BatchConfig, Batcher, EvalSplit};
-use tinynn_train::metrics::{self, MetricsLog, StepMetrics};
-use tinynn_train::rng::Rng;
-use tinynn_train::schedule::Schedule;
-use tinynn_train::{NamedTensor, Optimizer, OptimizerState, TrainConfig, Trainer};
+use tinynn_train::metrics::StepMetrics;
+pub use tinynn_train::train_loop::Output;
+use tinynn_train::train_loop::{
+    self as lib, EvalEvent, EvalKind, LoopConfig, LoopObserver, LoopOutcome, LoopStart,
+    TrainSummary,
+};
+use tinynn_train::{Optimizer, TrainConfig, Trainer};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum ScheduleKind {
@@ -166,24 +168,30 @@ impl LoopArgs {
         }
     }
 
-    pub fn schedule(&self) -> Result<Schedule> {
-        let s = match self.schedule {
-            ScheduleKind::Constant => Schedule::Constant { lr: self.lr },
-            ScheduleKind::Cosine => Schedule::WarmupCosine {
-                lr: self.lr,
-                min_lr: self.min_lr,
-                warmup_steps: self.warmup,
-                total_steps: self.steps,
+    /// The loop's settings these flags give: `output` to export, `identity` for `--resume`.
+    pub fn loop_config(&self, output: Output, identity: serde_json::Value) -> LoopConfig {
+        LoopConfig {
+            steps: self.steps,
+            lr: self.lr,
+            schedule: match self.schedule {
+                ScheduleKind::Constant => lib::ScheduleKind::Constant,
+                ScheduleKind::Cosine => lib::ScheduleKind::Cosine,
+                ScheduleKind::Linear => lib::ScheduleKind::Linear,
             },
-            ScheduleKind::Linear => Schedule::WarmupLinear {
-                lr: self.lr,
-                min_lr: self.min_lr,
-                warmup_steps: self.warmup,
-                total_steps: self.steps,
-            },
-        };
-        s.validate()?;
-        Ok(s)
+            warmup: self.warmup,
+            min_lr: self.min_lr,
+            eval_every: self.eval_every,
+            eval_batches: self.eval_batches,
+            save_every: self.save_every,
+            keep: self.keep,
+            out: self.out.clone(),
+            resume: self.resume,
+            export_type: self.export_type(),
+            output,
+            run_identity: identity,
+            trace: self.trace.clone(),
+            inject_nan: self.inject_nan.clone(),
+        }
     }
 
     /// Whether the data file holds chat samples (`.jsonl`), which need a chat template.
@@ -220,20 +228,9 @@ impl LoopArgs {
     }
 }
 
-/// What the run writes at the end.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Output {
-    /// `adapter.gguf`, and `merged.gguf` with `merge`.
-    Adapter { merge: bool },
-    /// `model.gguf`.
-    Model,
-}
-
-/// Non-finite steps in a row that stop training.
-const MAX_BAD_STEPS: u32 = 3;
-
-/// Runs the loop to `args.steps` optimizer steps. `config` identifies the run: a resumed
-/// checkpoint must have been written with the same.
+/// Runs the loop to `args.steps` optimizer steps, with a progress bar on a terminal (lines on
+/// stderr otherwise); Ctrl-C saves a checkpoint and ends the run cleanly. `config` identifies
+/// the run: a resumed checkpoint must have been written with the same.
 pub fn train(
     trainer: &mut Trainer,
     batcher: &mut Batcher,
@@ -241,202 +238,134 @@ pub fn train(
     output: Output,
     config: serde_json::Value,
 ) -> Result<()> {
-    let dir = &args.out;
-    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-    let schedule = args.schedule()?;
-    let config_json = config.to_string();
-    let metrics_path = dir.join("metrics.jsonl");
-    let mut log = if args.resume {
-        resume(trainer, batcher, dir, &config_json, &schedule)?;
-        MetricsLog::resume(&metrics_path, trainer.steps_taken())?
-    } else {
-        MetricsLog::create(&metrics_path)?
-    };
+    let cfg = args.loop_config(output, config);
     let stop = Arc::new(AtomicBool::new(false));
     {
         let stop = stop.clone();
         // A second handler in one process (tests) is refused; the first one keeps working.
         let _ = ctrlc::set_handler(move || stop.store(true, Ordering::SeqCst));
     }
-    let s = batcher.stats();
-    let m = trainer.memory();
-    let mib = |b: usize| b as f64 / (1024.0 * 1024.0);
-    eprintln!(
-        "memory: {:.1} MiB planned (arenas: grad {:.1}, eval {:.1}, update {:.1}; parameters {:.1}, gradients {:.1}, optimizer {:.1}, frozen base {:.1} + packed {:.1})",
-        mib(m.total()),
-        mib(m.grad_arena),
-        mib(m.eval_arena),
-        mib(m.update_arena),
-        mib(m.params),
-        mib(m.grads),
-        mib(m.optimizer),
-        mib(m.frozen),
-        mib(m.packed),
-    );
-    eprintln!(
-        "data: {} sequences of {} tokens ({} train, {} held out; {} tokens, {} truncated, {} skipped); {} trainable values",
-        s.sequences,
-        batcher.seq(),
-        batcher.n_train(),
-        batcher.n_eval(),
-        s.tokens,
-        s.truncated,
-        s.skipped,
-        trainer
-            .param_specs()
-            .iter()
-            .map(|p| p.dims.iter().product::<usize>())
-            .sum::<usize>(),
-    );
-    let ctx = Saver {
-        dir,
-        config_json: &config_json,
-        schedule,
-        keep: args.keep,
+    let mut progress = Progress {
+        bar: None,
+        steps: cfg.steps,
     };
-    let bar = progress_bar(args.steps, trainer.steps_taken());
-    let mb = trainer.micro_batch_tokens();
-    let n = mb * args.accum;
-    let (mut ids, mut labels) = (vec![0i32; n], vec![0i32; n]);
-    let t0 = Instant::now();
-    let (mut tokens, mut attempts, mut bad) = (0u64, 0u64, 0u32);
-    let mut last_saved = None;
-    let mut last_loss = f32::NAN;
-    let first_step = trainer.steps_taken();
-    // A fresh run scores the held-out split once before training: the baseline to beat.
-    let before = if first_step == 0 {
-        evaluate(trainer, batcher, args.eval_batches)?
-    } else {
-        None
-    };
-    if let Some(b) = before {
-        say(&bar, &format!("held-out loss before training {b:.4}"));
-    }
-    while trainer.steps_taken() < args.steps {
-        if stop.load(Ordering::SeqCst) {
-            let path = ctx.save(trainer, batcher)?;
-            bar.abandon();
-            eprintln!(
-                "interrupted at step {}: saved {}; continue with --resume",
-                trainer.steps_taken(),
-                path.display()
-            );
-            write_plot(dir, &metrics_path);
-            return Ok(());
-        }
-        for k in 0..args.accum {
-            let r = k * mb..(k + 1) * mb;
-            batcher.next_into(&mut ids[r.clone()], &mut labels[r])?;
-        }
-        let lr = schedule.lr(trainer.steps_taken());
-        attempts += 1;
-        if args.inject_nan.contains(&attempts) {
-            trainer.poison_next_steps(1);
-        }
-        let rep = trainer.step(&ids, &labels, lr)?;
-        tokens += n as u64;
-        let elapsed = t0.elapsed().as_secs_f64();
-        let tps = tokens as f64 / elapsed.max(1e-9);
-        let mut m = StepMetrics {
-            step: if rep.skipped { rep.step + 1 } else { rep.step },
-            loss: rep.loss,
-            lr,
-            grad_norm: Some(rep.grad_norm),
-            tokens_per_s: tps,
-            elapsed_s: elapsed,
-            eval_loss: None,
-            skipped: rep.skipped,
-        };
-        if rep.skipped {
-            bad += 1;
-            log.log(&m)?;
-            say(
-                &bar,
-                &format!(
-                    "step {}: non-finite loss or gradient (loss {}, grad norm {}); update skipped",
-                    m.step, rep.loss, rep.grad_norm
-                ),
-            );
-            if bad >= MAX_BAD_STEPS {
+    match lib::fit(trainer, batcher, &cfg, &stop, &mut progress) {
+        Ok(_) => Ok(()),
+        Err(e) => {
+            if let Some(bar) = &progress.bar {
                 bar.abandon();
-                let last = match checkpoint::list(dir)?.last() {
-                    Some((step, _)) => format!("the last checkpoint (step {step}) is intact"),
-                    None => "no checkpoint was written".into(),
-                };
-                bail!("training stopped: {MAX_BAD_STEPS} non-finite steps in a row; {last}");
             }
-            continue;
+            Err(e.into())
         }
-        bad = 0;
-        last_loss = rep.loss;
-        let step = rep.step;
-        if args.eval_every > 0 && step % args.eval_every == 0 && step < args.steps {
-            m.eval_loss = evaluate(trainer, batcher, args.eval_batches)?;
+    }
+}
+
+/// The loop's events on stderr: a progress bar on a terminal, a line per step otherwise.
+struct Progress {
+    /// Made once the loop starts (messages before it are plain lines).
+    bar: Option<ProgressBar>,
+    /// The step training goes to.
+    steps: u64,
+}
+
+impl Progress {
+    /// A line above the progress bar (on stderr when there is no bar).
+    fn say(&self, msg: &str) {
+        match &self.bar {
+            Some(bar) if !bar.is_hidden() => bar.println(msg),
+            _ => eprintln!("{msg}"),
         }
-        log.log(&m)?;
+    }
+}
+
+impl LoopObserver for Progress {
+    fn on_start(&mut self, s: &LoopStart) {
+        let m = &s.memory;
+        let mib = |b: usize| b as f64 / (1024.0 * 1024.0);
+        eprintln!(
+            "memory: {:.1} MiB planned (arenas: grad {:.1}, eval {:.1}, update {:.1}; parameters {:.1}, gradients {:.1}, optimizer {:.1}, frozen base {:.1} + packed {:.1})",
+            mib(m.total()),
+            mib(m.grad_arena),
+            mib(m.eval_arena),
+            mib(m.update_arena),
+            mib(m.params),
+            mib(m.grads),
+            mib(m.optimizer),
+            mib(m.frozen),
+            mib(m.packed),
+        );
+        let d = &s.data;
+        eprintln!(
+            "data: {} sequences of {} tokens ({} train, {} held out; {} tokens, {} truncated, {} skipped); {} trainable values",
+            d.sequences, s.seq, s.n_train, s.n_eval, d.tokens, d.truncated, d.skipped, s.trainable,
+        );
+        self.bar = Some(progress_bar(s.steps, s.step));
+    }
+
+    fn on_eval(&mut self, e: &EvalEvent) {
+        if e.kind == EvalKind::Before {
+            self.say(&format!("held-out loss before training {:.4}", e.loss));
+        }
+    }
+
+    fn on_step(&mut self, m: &StepMetrics) {
+        // A skipped step is reported by its message.
+        let Some(bar) = self.bar.as_ref().filter(|_| !m.skipped) else {
+            return;
+        };
         let msg = format!(
             "loss {:.4} lr {:.2e} {:.0} tok/s{}",
-            rep.loss,
-            lr,
-            tps,
+            m.loss,
+            m.lr,
+            m.tokens_per_s,
             m.eval_loss
                 .map_or(String::new(), |e| format!(" eval {e:.4}"))
         );
-        bar.set_position(step);
+        bar.set_position(m.step);
         bar.set_message(msg.clone());
         if bar.is_hidden() {
-            eprintln!("step {step}/{}: {msg}", args.steps);
-        }
-        if args.save_every > 0 && step % args.save_every == 0 {
-            ctx.save(trainer, batcher)?;
-            last_saved = Some(step);
+            eprintln!("step {}/{}: {msg}", m.step, self.steps);
         }
     }
-    bar.finish();
-    let steps_run = trainer.steps_taken() - first_step;
-    let secs = t0.elapsed().as_secs_f64();
-    let eval = evaluate(trainer, batcher, args.eval_batches)?;
-    if let Some(e) = eval {
-        // The final eval goes into the log as its own entry of the last step.
-        log.log(&StepMetrics {
-            step: trainer.steps_taken(),
-            loss: last_loss,
-            lr: schedule.lr(trainer.steps_taken().saturating_sub(1)),
-            grad_norm: None,
-            tokens_per_s: tokens as f64 / secs.max(1e-9),
-            elapsed_s: secs,
-            eval_loss: Some(e),
-            skipped: false,
-        })?;
-    }
-    if last_saved != Some(trainer.steps_taken()) {
-        ctx.save(trainer, batcher)?;
-    }
-    eprintln!(
-        "{steps_run} steps in {secs:.1} s ({:.3} steps/s, {:.0} tokens/s); last loss {last_loss:.4}{}",
-        steps_run as f64 / secs.max(1e-9),
-        tokens as f64 / secs.max(1e-9),
-        match (before, eval) {
-            (Some(b), Some(e)) => format!(", held-out loss {b:.4} -> {e:.4}"),
-            (_, Some(e)) => format!(", held-out loss {e:.4}"),
-            _ => String::new(),
-        }
-    );
-    export(trainer, dir, output, args.export_type())?;
-    write_plot(dir, &metrics_path);
-    if let (Some(path), Some(json)) = (&args.trace, trainer.last_trace()) {
-        std::fs::write(path, json).with_context(|| format!("writing {}", path.display()))?;
-        eprintln!("wrote {}", path.display());
-    }
-    Ok(())
-}
 
-/// A line above the progress bar (on stderr when there is no bar).
-fn say(bar: &ProgressBar, msg: &str) {
-    if bar.is_hidden() {
-        eprintln!("{msg}");
-    } else {
-        bar.println(msg);
+    fn on_message(&mut self, msg: &str) {
+        self.say(msg);
+    }
+
+    fn on_train_end(&mut self, s: &TrainSummary) {
+        if let Some(bar) = &self.bar {
+            bar.finish();
+        }
+        let secs = s.secs.max(1e-9);
+        eprintln!(
+            "{} steps in {:.1} s ({:.3} steps/s, {:.0} tokens/s); last loss {:.4}{}",
+            s.steps_run,
+            s.secs,
+            s.steps_run as f64 / secs,
+            s.tokens as f64 / secs,
+            s.last_loss.unwrap_or(f32::NAN),
+            match (s.eval_before, s.eval_after) {
+                (Some(b), Some(e)) => format!(", held-out loss {b:.4} -> {e:.4}"),
+                (_, Some(e)) => format!(", held-out loss {e:.4}"),
+                _ => String::new(),
+            }
+        );
+    }
+
+    fn on_end(&mut self, outcome: &LoopOutcome) {
+        if !outcome.interrupted {
+            return;
+        }
+        if let Some(bar) = &self.bar {
+            bar.abandon();
+        }
+        if let Some(path) = &outcome.checkpoint {
+            eprintln!(
+                "interrupted at step {}: saved {}; continue with --resume",
+                outcome.steps,
+                path.display()
+            );
+        }
     }
 }
 
@@ -453,179 +382,4 @@ fn progress_bar(steps: u64, at: u64) -> ProgressBar {
     }
     bar.set_position(at);
     bar
-}
-
-/// Mean loss over the held-out split (weighted by scored tokens); `None` without one.
-fn evaluate(trainer: &mut Trainer, batcher: &Batcher, max: usize) -> Result<Option<f32>> {
-    if batcher.n_eval() == 0 {
-        return Ok(None);
-    }
-    let (mut sum, mut count) = (0f64, 0usize);
-    for (i, b) in batcher.eval_batches().enumerate() {
-        if max > 0 && i >= max {
-            break;
-        }
-        let b = b?;
-        if b.tokens == 0 {
-            continue;
-        }
-        let loss = trainer.eval_loss(&b.inputs, &b.labels)?;
-        sum += f64::from(loss) * b.tokens as f64;
-        count += b.tokens;
-    }
-    Ok((count > 0).then(|| (sum / count as f64) as f32))
-}
-
-/// Writes the final files.
-fn export(trainer: &Trainer, dir: &Path, output: Output, ty: GgmlType) -> Result<()> {
-    match output {
-        Output::Adapter { merge } => {
-            let p = dir.join("adapter.gguf");
-            trainer.export_adapter(&p)?;
-            eprintln!("wrote {}", p.display());
-            if merge {
-                let p = dir.join("merged.gguf");
-                trainer
-                    .export_gguf(&p, ty)
-                    .with_context(|| format!("writing {}", p.display()))?;
-                eprintln!("wrote {}", p.display());
-            }
-        }
-        Output::Model => {
-            let p = dir.join("model.gguf");
-            trainer
-                .export_gguf(&p, ty)
-                .with_context(|| format!("writing {}", p.display()))?;
-            eprintln!("wrote {}", p.display());
-        }
-    }
-    Ok(())
-}
-
-/// The loss curve (a failure is reported, not fatal).
-fn write_plot(dir: &Path, metrics_path: &Path) {
-    let png = dir.join("loss.png");
-    let done = metrics::read(metrics_path)
-        .map_err(anyhow::Error::from)
-        .and_then(|m| Ok(tinynn_train::plot::loss_curve_png(&png, &m, 900, 500)?));
-    if let Err(e) = done {
-        eprintln!("warning: no loss curve: {e:#}");
-    }
-}
-
-/// What every checkpoint of the run shares.
-struct Saver<'a> {
-    dir: &'a Path,
-    config_json: &'a str,
-    schedule: Schedule,
-    keep: usize,
-}
-
-impl Saver<'_> {
-    fn save(&self, trainer: &Trainer, batcher: &Batcher) -> Result<PathBuf> {
-        // Borrowed from the trainer: a checkpoint of a large model makes no copy of it.
-        let params = trainer.param_views()?;
-        let opt = trainer.optimizer_views()?;
-        let prefixes = trainer.train_config().optimizer.state_prefixes();
-        let dims: Vec<Vec<u64>> = params
-            .iter()
-            .map(|p| p.1.iter().map(|&d| d as u64).collect())
-            .collect();
-        let refs = params
-            .iter()
-            .zip(&dims)
-            .map(|(p, d)| TensorRef {
-                name: p.0,
-                dims: d,
-                data: p.2,
-            })
-            .collect();
-        // The optimizer's views hold, per parameter, one tensor per prefix.
-        let groups = prefixes
-            .iter()
-            .enumerate()
-            .map(|(k, prefix)| {
-                let tensors = (0..params.len())
-                    .map(|i| opt[i * prefixes.len() + k])
-                    .collect();
-                (format!("{prefix}."), tensors)
-            })
-            .collect();
-        let ckpt = Checkpoint {
-            meta: CheckpointMeta {
-                step: trainer.steps_taken(),
-                architecture: Some(trainer.architecture()),
-                schedule: Some(self.schedule),
-                data: Some(batcher.position()),
-                rngs: vec![("dropout".into(), trainer.dropout_rng().state)],
-                config_json: self.config_json.to_string(),
-            },
-            params: refs,
-            groups,
-        };
-        let opts = SaveOptions {
-            keep_last: self.keep,
-            ..SaveOptions::default()
-        };
-        Ok(checkpoint::save(self.dir, &ckpt, &opts)?)
-    }
-}
-
-/// Restores the trainer and batcher from the latest checkpoint in `dir`.
-fn resume(
-    trainer: &mut Trainer,
-    batcher: &mut Batcher,
-    dir: &Path,
-    config_json: &str,
-    schedule: &Schedule,
-) -> Result<()> {
-    let ck = checkpoint::load_latest(dir)?;
-    if let Some(why) = &ck.fallback {
-        eprintln!("warning: {why}");
-    }
-    if ck.meta.config_json != config_json {
-        bail!(
-            "--resume: {} was written by a run with other settings ({}); this run has {config_json}",
-            ck.path.display(),
-            ck.meta.config_json
-        );
-    }
-    if ck.meta.schedule.as_ref() != Some(schedule) {
-        eprintln!("note: the learning-rate schedule differs from the checkpoint's");
-    }
-    let params = ck
-        .param_tensors()
-        .map(|t| {
-            let t = t?;
-            Ok(NamedTensor {
-                name: t.name.to_string(),
-                dims: t.dims.iter().map(|&d| d as usize).collect(),
-                data: t.data.to_vec(),
-            })
-        })
-        .collect::<Result<Vec<_>>>()?;
-    trainer.load_params(&params)?;
-    let mut tensors = Vec::new();
-    for p in &params {
-        for prefix in trainer.train_config().optimizer.state_prefixes() {
-            tensors.push(NamedTensor {
-                name: format!("{prefix}.{}", p.name),
-                dims: p.dims.clone(),
-                data: ck.group(&format!("{prefix}."), &p.name)?.to_vec(),
-            });
-        }
-    }
-    trainer.load_optimizer_state(&OptimizerState {
-        step: ck.meta.step,
-        tensors,
-    })?;
-    let Some(pos) = ck.meta.data else {
-        bail!("{}: the checkpoint has no data position", ck.path.display());
-    };
-    batcher.set_position(pos)?;
-    if let Some(state) = ck.rng("dropout") {
-        trainer.set_dropout_rng(Rng { state });
-    }
-    eprintln!("resumed from {} (step {})", ck.path.display(), ck.meta.step);
-    Ok(())
 }

@@ -1,8 +1,10 @@
 //! The training crate's error type.
 
+use std::path::PathBuf;
+
 use tinynn_core::graph::GraphError;
 
-/// Why a trainer could not be built, fed, run or saved.
+/// Why a trainer could not be built, fed, run or saved, or why the training loop stopped.
 #[derive(Debug, thiserror::Error)]
 pub enum TrainError {
     #[error(transparent)]
@@ -25,6 +27,65 @@ pub enum TrainError {
     Invalid(String),
     #[error("{0} is not supported")]
     Unsupported(String),
+    /// The training data (reading a batch, the held-out split, a restored position).
+    #[error(transparent)]
+    Data(#[from] crate::data::DataError),
+    /// Writing or loading a checkpoint.
+    #[error(transparent)]
+    Checkpoint(#[from] crate::checkpoint::CheckpointError),
+    /// The metrics log.
+    #[error(transparent)]
+    Metrics(#[from] crate::metrics::MetricsError),
+    /// A learning-rate schedule that does not hold together.
+    #[error(transparent)]
+    Schedule(#[from] crate::schedule::ScheduleError),
+    /// A file or directory the training loop could not create or write (`action` says which:
+    /// "creating", "writing").
+    #[error("{action} {}: {cause}", path.display())]
+    Io {
+        /// What was being done: "creating", "writing".
+        action: &'static str,
+        /// The file or directory.
+        path: PathBuf,
+        /// The system's error.
+        cause: std::io::Error,
+    },
+    /// Exporting the trained model or adapter to `path` failed.
+    #[error("writing {}: {cause}", path.display())]
+    Export {
+        path: PathBuf,
+        cause: Box<TrainError>,
+    },
+    /// A resumed checkpoint was written by a run with another identity
+    /// (`LoopConfig::run_identity`).
+    #[error(
+        "--resume: {} was written by a run with other settings ({checkpoint}); this run has {run}",
+        path.display()
+    )]
+    ResumeMismatch {
+        /// The checkpoint.
+        path: PathBuf,
+        /// The checkpoint's run identity (JSON).
+        checkpoint: String,
+        /// This run's identity (JSON).
+        run: String,
+    },
+    /// Training stopped after `steps` non-finite steps in a row; `last_checkpoint` is the step
+    /// of the newest checkpoint in the output directory, which is left intact.
+    #[error("training stopped: {steps} non-finite steps in a row; {}", last_checkpoint_text(*last_checkpoint))]
+    NonFinite {
+        /// Non-finite steps in a row (`train_loop::MAX_BAD_STEPS`).
+        steps: u32,
+        /// The step of the newest checkpoint; `None` when there is none.
+        last_checkpoint: Option<u64>,
+    },
+}
+
+fn last_checkpoint_text(step: Option<u64>) -> String {
+    match step {
+        Some(step) => format!("the last checkpoint (step {step}) is intact"),
+        None => "no checkpoint was written".into(),
+    }
 }
 
 pub type Result<T> = std::result::Result<T, TrainError>;

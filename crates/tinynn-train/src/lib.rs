@@ -14,6 +14,9 @@
 //! - [`metrics`]: the JSONL metrics log; [`plot`]: the loss-curve PNG.
 //! - [`lora`]: LoRA / QLoRA adapters (`TrainConfig::lora`): targets, init, merge, and the
 //!   llama.cpp GGUF adapter format.
+//! - [`train_loop`]: the whole training loop, [`fit`] (schedule, eval, checkpoints, resume,
+//!   metrics, non-finite stop, loss curve, export), driven by plain settings
+//!   ([`LoopConfig`]), a stop flag and a [`LoopObserver`].
 
 pub mod checkpoint;
 pub mod data;
@@ -30,6 +33,7 @@ pub mod plot;
 pub mod rng;
 pub mod schedule;
 pub mod source;
+pub mod train_loop;
 pub mod trainer;
 
 mod atomic;
@@ -39,4 +43,5 @@ pub use lora::{LoraConfig, Targets};
 pub use optim::Optimizer;
 pub use params::NamedTensor;
 pub use source::TrainSource;
+pub use train_loop::{fit, LoopConfig, LoopObserver, LoopOutcome};
 pub use trainer::{FrozenSpec, OptimizerState, StepReport, TrainConfig, TrainMemory, Trainer};

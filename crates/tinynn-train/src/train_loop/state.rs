@@ -1,0 +1,225 @@
+//! The loop's side effects on the output directory: checkpoints (save and resume), the held-out
+//! evaluation, the exports and the loss curve.
+
+use std::path::{Path, PathBuf};
+
+use tinynn_format::GgmlType;
+
+use crate::checkpoint::{self, Checkpoint, CheckpointMeta, SaveOptions, TensorRef};
+use crate::data::Batcher;
+use crate::error::{Result, TrainError};
+use crate::metrics;
+use crate::params::NamedTensor;
+use crate::rng::Rng;
+use crate::schedule::Schedule;
+use crate::trainer::{OptimizerState, Trainer};
+
+use super::config::Output;
+use super::observer::{wrote, LoopObserver};
+
+/// What every checkpoint of the run shares.
+pub(super) struct Saver<'a> {
+    pub dir: &'a Path,
+    pub config_json: &'a str,
+    pub schedule: Schedule,
+    pub keep: usize,
+}
+
+impl Saver<'_> {
+    /// Writes a checkpoint of the trainer and the batcher's position; returns its path.
+    pub fn save(&self, trainer: &Trainer, batcher: &Batcher) -> Result<PathBuf> {
+        // Borrowed from the trainer: a checkpoint of a large model makes no copy of it.
+        let params = trainer.param_views()?;
+        let opt = trainer.optimizer_views()?;
+        let prefixes = trainer.train_config().optimizer.state_prefixes();
+        let dims: Vec<Vec<u64>> = params
+            .iter()
+            .map(|p| p.1.iter().map(|&d| d as u64).collect())
+            .collect();
+        let refs = params
+            .iter()
+            .zip(&dims)
+            .map(|(p, d)| TensorRef {
+                name: p.0,
+                dims: d,
+                data: p.2,
+            })
+            .collect();
+        // The optimizer's views hold, per parameter, one tensor per prefix.
+        let groups = prefixes
+            .iter()
+            .enumerate()
+            .map(|(k, prefix)| {
+                let tensors = (0..params.len())
+                    .map(|i| opt[i * prefixes.len() + k])
+                    .collect();
+                (format!("{prefix}."), tensors)
+            })
+            .collect();
+        let ckpt = Checkpoint {
+            meta: CheckpointMeta {
+                step: trainer.steps_taken(),
+                architecture: Some(trainer.architecture()),
+                schedule: Some(self.schedule),
+                data: Some(batcher.position()),
+                rngs: vec![("dropout".into(), trainer.dropout_rng().state)],
+                config_json: self.config_json.to_string(),
+            },
+            params: refs,
+            groups,
+        };
+        let opts = SaveOptions {
+            keep_last: self.keep,
+            ..SaveOptions::default()
+        };
+        Ok(checkpoint::save(self.dir, &ckpt, &opts)?)
+    }
+}
+
+/// Restores the trainer and batcher from the latest checkpoint in `dir`; returns its path.
+pub(super) fn resume(
+    trainer: &mut Trainer,
+    batcher: &mut Batcher,
+    dir: &Path,
+    config_json: &str,
+    schedule: &Schedule,
+    observer: &mut dyn LoopObserver,
+) -> Result<PathBuf> {
+    let ck = checkpoint::load_latest(dir)?;
+    if let Some(why) = &ck.fallback {
+        observer.on_message(&format!("warning: {why}"));
+    }
+    if ck.meta.config_json != config_json {
+        return Err(TrainError::ResumeMismatch {
+            path: ck.path.clone(),
+            checkpoint: ck.meta.config_json.clone(),
+            run: config_json.to_string(),
+        });
+    }
+    if ck.meta.schedule.as_ref() != Some(schedule) {
+        observer.on_message("note: the learning-rate schedule differs from the checkpoint's");
+    }
+    let params = ck
+        .param_tensors()
+        .map(|t| {
+            let t = t?;
+            Ok(NamedTensor {
+                name: t.name.to_string(),
+                dims: t.dims.iter().map(|&d| d as usize).collect(),
+                data: t.data.to_vec(),
+            })
+        })
+        .collect::<Result<Vec<_>>>()?;
+    trainer.load_params(&params)?;
+    let mut tensors = Vec::new();
+    for p in &params {
+        for prefix in trainer.train_config().optimizer.state_prefixes() {
+            tensors.push(NamedTensor {
+                name: format!("{prefix}.{}", p.name),
+                dims: p.dims.clone(),
+                data: ck.group(&format!("{prefix}."), &p.name)?.to_vec(),
+            });
+        }
+    }
+    trainer.load_optimizer_state(&OptimizerState {
+        step: ck.meta.step,
+        tensors,
+    })?;
+    let Some(pos) = ck.meta.data else {
+        return Err(TrainError::Invalid(format!(
+            "{}: the checkpoint has no data position",
+            ck.path.display()
+        )));
+    };
+    batcher.set_position(pos)?;
+    if let Some(state) = ck.rng("dropout") {
+        trainer.set_dropout_rng(Rng { state });
+    }
+    observer.on_message(&format!(
+        "resumed from {} (step {})",
+        ck.path.display(),
+        ck.meta.step
+    ));
+    Ok(ck.path)
+}
+
+/// Mean loss over the held-out split (weighted by scored tokens), over at most `max` batches
+/// (0: all); `None` without one.
+pub(super) fn evaluate(
+    trainer: &mut Trainer,
+    batcher: &Batcher,
+    max: usize,
+) -> Result<Option<f32>> {
+    if batcher.n_eval() == 0 {
+        return Ok(None);
+    }
+    let (mut sum, mut count) = (0f64, 0usize);
+    for (i, b) in batcher.eval_batches().enumerate() {
+        if max > 0 && i >= max {
+            break;
+        }
+        let b = b?;
+        if b.tokens == 0 {
+            continue;
+        }
+        let loss = trainer.eval_loss(&b.inputs, &b.labels)?;
+        sum += f64::from(loss) * b.tokens as f64;
+        count += b.tokens;
+    }
+    Ok((count > 0).then(|| (sum / count as f64) as f32))
+}
+
+/// Writes the final files; returns their paths.
+pub(super) fn export(
+    trainer: &Trainer,
+    dir: &Path,
+    output: Output,
+    ty: GgmlType,
+    observer: &mut dyn LoopObserver,
+) -> Result<Vec<PathBuf>> {
+    let model = |name: &str, observer: &mut dyn LoopObserver| -> Result<PathBuf> {
+        let p = dir.join(name);
+        trainer
+            .export_gguf(&p, ty)
+            .map_err(|e| TrainError::Export {
+                path: p.clone(),
+                cause: Box::new(e),
+            })?;
+        observer.on_message(&wrote(&p));
+        Ok(p)
+    };
+    let mut files = Vec::new();
+    match output {
+        Output::Adapter { merge } => {
+            let p = dir.join("adapter.gguf");
+            trainer.export_adapter(&p)?;
+            observer.on_message(&wrote(&p));
+            files.push(p);
+            if merge {
+                files.push(model("merged.gguf", observer)?);
+            }
+        }
+        Output::Model => files.push(model("model.gguf", observer)?),
+    }
+    Ok(files)
+}
+
+/// Draws the loss curve of `metrics_path` into `dir/loss.png`; a failure is a warning to the
+/// observer, not an error.
+pub(super) fn write_plot(
+    dir: &Path,
+    metrics_path: &Path,
+    observer: &mut dyn LoopObserver,
+) -> Option<PathBuf> {
+    let png = dir.join("loss.png");
+    let done = metrics::read(metrics_path)
+        .map_err(|e| e.to_string())
+        .and_then(|m| crate::plot::loss_curve_png(&png, &m, 900, 500).map_err(|e| e.to_string()));
+    match done {
+        Ok(()) => Some(png),
+        Err(e) => {
+            observer.on_message(&format!("warning: no loss curve: {e}"));
+            None
+        }
+    }
+}
