@@ -16,5 +16,14 @@ cargo clippy --workspace --all-targets -- -D warnings
 echo "== fuzz targets compile"
 cargo check --quiet --manifest-path fuzz/Cargo.toml --bins
 
+echo "== cargo doc (warnings are errors)"
+RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --quiet
+
+echo "== library examples on the default model"
+for example in generate chat batch_decode finetune_lora; do
+    echo "-- $example"
+    cargo run --release --quiet -p tinynn --example "$example"
+done
+
 echo "== cargo test --release"
 cargo test --workspace --release

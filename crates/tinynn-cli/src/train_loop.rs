@@ -1,5 +1,5 @@
 //! The flags `tnn finetune` and `tnn train` share, turned into the library's
-//! [`LoopConfig`](tinynn_train::train_loop::LoopConfig), and the terminal side of the training
+//! [`LoopConfig`], and the terminal side of the training
 //! loop (`tinynn_train::train_loop::fit`): the Ctrl-C handler that sets the stop flag, and the
 //! progress bar and messages on stderr.
 

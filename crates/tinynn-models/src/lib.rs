@@ -9,6 +9,7 @@
 //! [`ModelConfig`]: tinynn_format::model_config::ModelConfig
 
 pub mod chat;
+pub mod embed;
 pub mod generate;
 pub mod kv_cells;
 pub mod llama;

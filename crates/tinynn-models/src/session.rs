@@ -67,19 +67,12 @@ impl SessionOptions {
 /// One token of a batch: appended to sequence `seq`; `logits` asks for its output row.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct BatchToken {
+    /// The token id.
     pub token: u32,
+    /// The sequence it is appended to (`0..n_seq`).
     pub seq: usize,
+    /// Whether the run outputs its logits (see [`Session::output`]).
     pub logits: bool,
-}
-
-/// How [`Session::embed`] pools the hidden states of a text's tokens.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
-pub enum Pooling {
-    /// The mean over the tokens (llama.cpp's `--pooling mean`).
-    #[default]
-    Mean,
-    /// The last token's state (`--pooling last`).
-    Last,
 }
 
 /// One compiled forward pass and its memory.
@@ -94,6 +87,7 @@ struct Pass {
 /// Passes kept besides the one-token pass.
 const MAX_EXTRA_PASSES: usize = 4;
 
+/// A model with its KV cache, passes and executor (see the module docs).
 pub struct Session {
     model: Arc<Model>,
     opts: SessionOptions,
@@ -108,9 +102,9 @@ pub struct Session {
     /// Per sequence: the tokens whose K/V the cache holds, in order.
     tokens: Vec<Vec<u32>>,
     /// Output rows of the last `decode` call, `[n_out][row_len]` flat.
-    out: Vec<f32>,
+    pub(crate) out: Vec<f32>,
     /// Length of one output row (the vocabulary, or the embedding size).
-    row_len: usize,
+    pub(crate) row_len: usize,
     /// Inputs of the running piece, reused: token ids, positions, cache rows, output rows.
     scratch: [Vec<i32>; 4],
     runs: u64,
@@ -465,7 +459,7 @@ impl Session {
         self.run_batch(batch, false)
     }
 
-    fn run_batch(&mut self, batch: &[BatchToken], hidden: bool) -> Result<()> {
+    pub(crate) fn run_batch(&mut self, batch: &[BatchToken], hidden: bool) -> Result<()> {
         if batch.is_empty() {
             return Err(ModelError::Invalid("no tokens to evaluate".into()));
         }
@@ -572,43 +566,6 @@ impl Session {
         );
         self.row_len = row_len;
         Ok(())
-    }
-
-    /// The embedding of `tokens`: the model's final normalized hidden states, pooled and scaled
-    /// to unit length (llama.cpp's embedding mode). Runs in sequence `seq`, which is cleared
-    /// before and after.
-    pub fn embed(&mut self, seq: usize, tokens: &[u32], pooling: Pooling) -> Result<Vec<f32>> {
-        if tokens.is_empty() {
-            return Err(ModelError::Invalid("no tokens to embed".into()));
-        }
-        self.clear_seq(seq);
-        let last = tokens.len() - 1;
-        let batch: Vec<BatchToken> = tokens
-            .iter()
-            .enumerate()
-            .map(|(i, &token)| BatchToken {
-                token,
-                seq,
-                logits: pooling == Pooling::Mean || i == last,
-            })
-            .collect();
-        let result = self.run_batch(&batch, true);
-        self.clear_seq(seq);
-        result?;
-        let rows = self.n_outputs();
-        let mut e = vec![0f64; self.row_len];
-        for r in 0..rows {
-            for (a, &x) in e.iter_mut().zip(self.output(r)) {
-                *a += f64::from(x);
-            }
-        }
-        let norm = e.iter().map(|x| x * x).sum::<f64>().sqrt();
-        let inv = if norm > 0.0 { 1.0 / norm } else { 0.0 };
-        // Restore the logits row length for the next decode.
-        let embedding = e.iter().map(|&x| (x * inv) as f32).collect();
-        self.out.clear();
-        self.row_len = self.passes[0].io.hparams.n_vocab;
-        Ok(embedding)
     }
 }
 

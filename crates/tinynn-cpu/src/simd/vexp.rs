@@ -254,7 +254,7 @@ pub(crate) unsafe fn swiglu_back_row(
     }
 }
 
-/// The scalar reference of [`swiglu_back_row`] for one value: `(dg, du)`.
+/// The scalar reference of `swiglu_back_row` for one value: `(dg, du)`.
 pub fn swiglu_back_one(g: f32, u: f32, dy: f32) -> (f32, f32) {
     let x = f64::from(g);
     let s = 1.0 / (1.0 + (-x).exp());
@@ -265,7 +265,7 @@ pub fn swiglu_back_one(g: f32, u: f32, dy: f32) -> (f32, f32) {
     )
 }
 
-/// [`swiglu_back_row`] for slices (tests of the SIMD path against [`swiglu_back_one`]).
+/// `swiglu_back_row` for slices (tests of the SIMD path against [`swiglu_back_one`]).
 pub fn swiglu_back_slices(g: &[f32], u: &[f32], dy: &[f32], dg: &mut [f32], du: &mut [f32]) {
     let n = g.len();
     assert!(u.len() == n && dy.len() == n && dg.len() == n && du.len() == n);

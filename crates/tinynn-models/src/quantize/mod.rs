@@ -4,7 +4,7 @@
 //! - [`policy`]: which type each tensor gets (llama.cpp's rules for the Llama family).
 //! - [`convert`]: one tensor's rows, dequantized and quantized with the reference kernels, in
 //!   parallel.
-//! - [`file`]: the whole file: plan, requantization check, conversion, atomic write.
+//! - [`file`](mod@file): the whole file: plan, requantization check, conversion, atomic write.
 
 pub mod convert;
 pub mod file;

@@ -11,7 +11,7 @@
 //! 32 × i8). For the kinds with a min (Q4_1, Q5_1) the slot is ggml's `s = d·Σq` (f16); for
 //! the kinds whose weights are stored with a bias (Q4_0 `q + 8`, Q5_0 `q + 16`, Q8_0 `q + 128`
 //! as u8, the unsigned operand of `vpdpbusd`) it is the exact i16 `Σq` that removes the bias.
-//! F16 weights take f32 activations rounded to f16 (see [`f16x16`]).
+//! F16 weights take f32 activations rounded to f16 (see `f16x16`).
 //!
 //! Packing happens only where the kernels exist (AVX-512 VNNI); [`PackedWeight::matmul_ref`]
 //! is the scalar oracle of the tests.

@@ -1,22 +1,20 @@
 //! Fine-tunes a LoRA adapter on the default model (SmolLM2-135M-Instruct Q4_1, fetched into
-//! the model cache on first use) with the library's training loop, `tinynn_train::fit`: three
+//! the model cache on first use) with the library's training loop, `tinynn::fit`: three
 //! steps of one 64-token sequence on a short text (the GPL-3 when the system has it, otherwise a
 //! paragraph kept here), on 2 threads, printing the losses and writing the adapter to a
 //! temporary directory.
 //!
 //! ```text
-//! cargo run --release -p tinynn-train --example finetune_lora
+//! cargo run --release -p tinynn --example finetune_lora
 //! ```
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicBool;
 
-use tinynn_format::gguf::GgufFile;
-use tinynn_models::tokenizer::Tokenizer;
-use tinynn_train::data::{BatchConfig, Batcher, EvalSplit, PackedText};
-use tinynn_train::metrics::StepMetrics;
-use tinynn_train::train_loop::{fit, EvalEvent, EvalKind, LoopConfig, LoopObserver, Output};
-use tinynn_train::{LoraConfig, Targets, TrainConfig, Trainer};
+use tinynn::train::data::{BatchConfig, Batcher, EvalSplit, PackedText};
+use tinynn::train::metrics::StepMetrics;
+use tinynn::train::train_loop::{EvalEvent, EvalKind, Output};
+use tinynn::{fit, LoopConfig, LoopObserver, LoraConfig, Model, Targets, TrainConfig, Trainer};
 
 const SEQ: usize = 64;
 
@@ -56,19 +54,19 @@ impl LoopObserver for Print {
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let model = tinynn_format::model_cache::ensure_default_model()?;
-    let file = GgufFile::open(&model)?;
-    let tokenizer = Tokenizer::from_gguf(file.gguf())?;
+    let path = tinynn::default_model()?;
+    let model = Model::open(&path)?;
+    let tokenizer = model.tokenizer()?;
     let eos = tokenizer
         .eos()
         .ok_or("the tokenizer has no end-of-text token")?;
 
     let gpl = Path::new("/usr/share/common-licenses/GPL-3");
     let text = if gpl.is_file() {
-        PackedText::from_files(&[gpl.to_path_buf()], &tokenizer, eos, SEQ)?
+        PackedText::from_files(&[gpl.to_path_buf()], tokenizer, eos, SEQ)?
     } else {
         let docs = std::iter::once((Path::new("paragraph.txt"), PARAGRAPH.repeat(4)));
-        PackedText::from_documents(docs, &tokenizer, eos, SEQ)?
+        PackedText::from_documents(docs, tokenizer, eos, SEQ)?
     };
     let mut batcher = Batcher::new(
         Box::new(text),
@@ -89,7 +87,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         seed: 42,
     };
     let mut trainer = Trainer::new(
-        &file,
+        model.source(),
         TrainConfig {
             seq: SEQ,
             batch: 1,
@@ -105,7 +103,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     cfg.lr = 1e-3;
     cfg.eval_batches = 4;
     cfg.output = Output::Adapter { merge: false };
-    cfg.run_identity = serde_json::json!({ "model": model.display().to_string(), "seq": SEQ });
+    cfg.run_identity = serde_json::json!({ "model": path.display().to_string(), "seq": SEQ });
 
     // A front end sets this from its Ctrl-C handler; the loop then saves and returns.
     let stop = AtomicBool::new(false);
