@@ -1,47 +1,122 @@
-//! The boundary between a compiled [`Plan`] and the hardware that runs it. Models build graphs
-//! and plans; a backend owns the memory and runs them. The CPU backend is
-//! `tinynn_cpu::Executor`; a GPU backend implements the same trait without touching models.
+//! The boundary between graphs and the hardware that runs them. Models build graphs; a backend
+//! plans them (its own scratch sizes), owns the memory of each plan (bound weights, persistent
+//! tensors such as KV caches and parameters), prepares weights for its kernels (the CPU repacks
+//! them), runs plans and reads results. Sessions and the trainer talk to this trait only; the
+//! CPU backend is `tinynn_cpu::Executor`, and another backend is a new crate that implements it.
 
+use std::ops::Range;
+use std::sync::Arc;
+
+use tinynn_format::GgmlType;
+
+use crate::graph::Graph;
 use crate::plan::Plan;
 use crate::tensor::TensorId;
 
-pub trait Backend {
+/// Bytes a plan's memory can hold on to without borrowing them: e.g. a model's memory-mapped
+/// files behind an `Arc`, so a session can own its model instead of borrowing it.
+pub trait WeightStore: Send + Sync {
+    /// Region `i` of the store (one mapped file); the same bytes for the store's whole life.
+    /// An index out of range gives no bytes.
+    fn region(&self, i: usize) -> &[u8];
+}
+
+/// Where a weight's bytes are: a region of a store and a byte range in it.
+#[derive(Clone)]
+pub struct WeightRef {
+    pub store: Arc<dyn WeightStore>,
+    pub region: usize,
+    pub range: Range<usize>,
+}
+
+impl WeightRef {
+    /// The weight's bytes (empty when the range lies outside the region).
+    pub fn bytes(&self) -> &[u8] {
+        self.store
+            .region(self.region)
+            .get(self.range.clone())
+            .unwrap_or_default()
+    }
+}
+
+pub trait Backend: Send {
     /// Weights bound for, and persistent tensors owned on behalf of, one plan.
-    type Memory<'w>;
+    type Memory: Send;
+    /// A weight prepared for the backend's matrix kernels (shareable between plans and
+    /// sessions).
+    type Packed: Send + Sync + 'static;
     type Error: std::error::Error + Send + Sync + 'static;
 
     fn name(&self) -> &'static str;
 
-    /// Fresh memory for `plan`: weights unbound, persistent tensors zero.
-    fn new_memory<'w>(&self, plan: &Plan) -> Self::Memory<'w>;
+    /// Compiles `graph` into a plan, with the scratch this backend's kernels need.
+    fn compile(&self, graph: Graph) -> Plan;
 
-    /// Binds the bytes of weight `t` (a view of a model file, normally an mmap).
-    fn bind_weight<'w>(
+    /// Memory for `plan`: weights unbound, persistent tensors zero, except those in `shared`,
+    /// which get no storage of their own: another memory lends them ([`Backend::swap`]).
+    fn new_memory(&self, plan: &Plan, shared: &[TensorId]) -> Self::Memory;
+
+    /// Binds weight `t` to bytes the memory keeps alive through their store.
+    fn bind_weight(
         &self,
-        mem: &mut Self::Memory<'w>,
+        mem: &mut Self::Memory,
         plan: &Plan,
         t: TensorId,
-        bytes: &'w [u8],
+        weight: WeightRef,
     ) -> Result<(), Self::Error>;
 
-    /// Overwrites the start of persistent tensor `t` with `bytes` (inputs before a run).
-    fn write(
+    /// A copy of a matrix weight (`dtype`, ggml dims `ne`, its bytes) laid out for the
+    /// backend's kernels, or `None` when the backend uses the bytes as they are.
+    fn pack(&self, dtype: GgmlType, ne: [usize; 4], bytes: &[u8]) -> Option<Self::Packed>;
+
+    /// Bytes a packed copy takes.
+    fn packed_bytes(packed: &Self::Packed) -> usize;
+
+    /// Lets the products that read weight `t` use `packed` (made by [`Backend::pack`] from its
+    /// bytes) instead.
+    fn bind_packed(
         &self,
-        mem: &mut Self::Memory<'_>,
+        mem: &mut Self::Memory,
         plan: &Plan,
         t: TensorId,
+        packed: Arc<Self::Packed>,
+    ) -> Result<(), Self::Error>;
+
+    /// Writes `bytes` into persistent tensor `t` from byte `offset` on (inputs before a run).
+    fn write(
+        &self,
+        mem: &mut Self::Memory,
+        plan: &Plan,
+        t: TensorId,
+        offset: usize,
         bytes: &[u8],
     ) -> Result<(), Self::Error>;
 
-    /// Runs every step of `plan`.
-    fn run(&mut self, plan: &Plan, mem: &mut Self::Memory<'_>) -> Result<(), Self::Error>;
+    /// Exchanges persistent tensor `t` of `mem` with `other_t` of `other` (a KV cache or the
+    /// parameters moving to the plan that runs next); nothing is copied.
+    #[allow(clippy::too_many_arguments)]
+    fn swap(
+        &self,
+        mem: &mut Self::Memory,
+        plan: &Plan,
+        t: TensorId,
+        other: &mut Self::Memory,
+        other_plan: &Plan,
+        other_t: TensorId,
+    ) -> Result<(), Self::Error>;
 
-    /// Copies the bytes of output or persistent tensor `t` into `out` (exactly its size).
-    fn read(
+    /// Runs every step of `plan`.
+    fn run(&mut self, plan: &Plan, mem: &mut Self::Memory) -> Result<(), Self::Error>;
+
+    /// Appends the values of F32 output or persistent tensor `t` to `out`.
+    fn read_f32(
         &self,
         plan: &Plan,
-        mem: &Self::Memory<'_>,
+        mem: &Self::Memory,
         t: TensorId,
-        out: &mut [u8],
+        out: &mut Vec<f32>,
     ) -> Result<(), Self::Error>;
+
+    /// The last run's per-step timings as Chrome trace JSON, when tracing is on.
+    fn trace(&self, plan: &Plan) -> Option<String>;
 }

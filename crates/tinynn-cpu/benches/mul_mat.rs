@@ -9,7 +9,6 @@
 use divan::counter::{BytesCount, ItemsCount};
 use divan::Bencher;
 use tinynn_core::graph::Graph;
-use tinynn_core::plan::Plan;
 use tinynn_core::quant;
 use tinynn_cpu::{Executor, Memory};
 use tinynn_format::GgmlType;
@@ -105,7 +104,7 @@ fn run_with(
     let x = g.input("x", GgmlType::F32, &[k, m]).unwrap();
     let y = g.mul_mat(w, x).unwrap();
     g.set_output(y).unwrap();
-    let plan = Plan::compile(g);
+    let plan = tinynn_cpu::compile(g);
     let mut mem = Memory::new(&plan);
     mem.bind_weight(&plan, w, &w_bytes).unwrap();
     if packed {

@@ -1,47 +1,79 @@
-//! The CPU executor as a [`Backend`].
+//! The CPU executor as a [`Backend`]: plans with the CPU kernels' scratch, memories that own
+//! their weights' stores, weights repacked into the 16-row interleaved layout, runs on the
+//! process-wide thread pool.
 
-use tinynn_core::backend::Backend;
+use std::sync::Arc;
+
+use tinynn_core::backend::{Backend, WeightRef};
+use tinynn_core::graph::Graph;
 use tinynn_core::plan::Plan;
 use tinynn_core::tensor::TensorId;
+use tinynn_format::GgmlType;
 
+use crate::packed::PackedWeight;
 use crate::{ExecError, Executor, Memory, MemoryError};
 
 impl Backend for Executor {
-    type Memory<'w> = Memory<'w>;
+    type Memory = Memory<'static>;
+    type Packed = PackedWeight;
     type Error = ExecError;
 
     fn name(&self) -> &'static str {
         "cpu"
     }
 
-    fn new_memory<'w>(&self, plan: &Plan) -> Memory<'w> {
-        Memory::new(plan)
+    fn compile(&self, graph: Graph) -> Plan {
+        crate::compile(graph)
     }
 
-    fn bind_weight<'w>(
+    fn new_memory(&self, plan: &Plan, shared: &[TensorId]) -> Memory<'static> {
+        Memory::new_sharing(plan, shared)
+    }
+
+    fn bind_weight(
         &self,
-        mem: &mut Memory<'w>,
+        mem: &mut Memory<'static>,
         plan: &Plan,
         t: TensorId,
-        bytes: &'w [u8],
+        weight: WeightRef,
     ) -> Result<(), ExecError> {
-        Ok(mem.bind_weight(plan, t, bytes)?)
+        Ok(mem.bind_weight_shared(plan, t, weight)?)
+    }
+
+    fn pack(&self, dtype: GgmlType, ne: [usize; 4], bytes: &[u8]) -> Option<PackedWeight> {
+        crate::packed::pack(dtype, ne, bytes)
+    }
+
+    fn packed_bytes(packed: &PackedWeight) -> usize {
+        packed.bytes()
+    }
+
+    fn bind_packed(
+        &self,
+        mem: &mut Memory<'static>,
+        plan: &Plan,
+        t: TensorId,
+        packed: Arc<PackedWeight>,
+    ) -> Result<(), ExecError> {
+        Ok(mem.bind_packed(plan, t, packed)?)
     }
 
     fn write(
         &self,
-        mem: &mut Memory<'_>,
+        mem: &mut Memory<'static>,
         plan: &Plan,
         t: TensorId,
+        offset: usize,
         bytes: &[u8],
     ) -> Result<(), ExecError> {
         let dst = mem.persistent_mut(plan, t)?;
-        let Some(dst) = dst.get_mut(..bytes.len()) else {
+        let len = dst.len();
+        let Some(dst) = dst.get_mut(offset..offset.saturating_add(bytes.len())) else {
             let name = plan.graph().node(t).name.clone();
             return Err(MemoryError::WrongSize {
                 name,
-                need: dst.len(),
-                got: bytes.len(),
+                need: len,
+                got: offset.saturating_add(bytes.len()),
             }
             .into());
         };
@@ -49,28 +81,48 @@ impl Backend for Executor {
         Ok(())
     }
 
-    fn run(&mut self, plan: &Plan, mem: &mut Memory<'_>) -> Result<(), ExecError> {
+    fn swap(
+        &self,
+        mem: &mut Memory<'static>,
+        plan: &Plan,
+        t: TensorId,
+        other: &mut Memory<'static>,
+        other_plan: &Plan,
+        other_t: TensorId,
+    ) -> Result<(), ExecError> {
+        Ok(mem.swap_persistent(plan, t, other, other_plan, other_t)?)
+    }
+
+    fn run(&mut self, plan: &Plan, mem: &mut Memory<'static>) -> Result<(), ExecError> {
         Executor::run(self, plan, mem)
     }
 
-    fn read(
+    fn read_f32(
         &self,
         plan: &Plan,
-        mem: &Memory<'_>,
+        mem: &Memory<'static>,
         t: TensorId,
-        out: &mut [u8],
+        out: &mut Vec<f32>,
     ) -> Result<(), ExecError> {
-        let bytes = self.bytes(plan, mem, t)?;
-        if bytes.len() != out.len() {
-            let name = plan.graph().node(t).name.clone();
-            return Err(MemoryError::WrongSize {
-                name,
-                need: bytes.len(),
-                got: out.len(),
+        let layout = plan.graph().layout(t);
+        if layout.dtype != GgmlType::F32 {
+            return Err(MemoryError::WrongType {
+                name: plan.graph().node(t).name.clone(),
+                dtype: layout.dtype,
+                want: GgmlType::F32,
             }
             .into());
         }
-        out.copy_from_slice(bytes);
+        let bytes = self.bytes(plan, mem, t)?;
+        out.extend(
+            bytes
+                .chunks_exact(4)
+                .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])),
+        );
         Ok(())
+    }
+
+    fn trace(&self, plan: &Plan) -> Option<String> {
+        self.chrome_trace(plan)
     }
 }

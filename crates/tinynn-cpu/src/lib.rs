@@ -6,6 +6,7 @@ mod backend;
 mod executor;
 mod kernels;
 mod memory;
+pub mod plan_work;
 pub mod pool;
 pub mod simd;
 
@@ -13,4 +14,6 @@ pub mod simd;
 pub use simd::packed;
 
 pub use executor::{ExecError, ExecOptions, Executor};
-pub use memory::{AlignedBuf, Memory, MemoryError, WeightStore};
+pub use memory::{AlignedBuf, Memory, MemoryError};
+pub use plan_work::compile;
+pub use tinynn_core::backend::{Backend, WeightRef, WeightStore};

@@ -2,8 +2,9 @@
 //! [`WeightStore`]; read-only), persistent tensors (owned, read-write), and 64-byte aligned
 //! buffers for both persistent tensors and the arena.
 
-use std::ops::Range;
 use std::sync::Arc;
+
+use tinynn_core::backend::WeightRef;
 
 use tinynn_core::ops::Op;
 use tinynn_core::plan::{Plan, Region};
@@ -108,23 +109,11 @@ pub enum MemoryError {
     },
 }
 
-/// Bytes a memory can keep without borrowing them: e.g. a model's memory-mapped files behind
-/// an `Arc`, so a session can own its model instead of borrowing it.
-pub trait WeightStore: Send + Sync {
-    /// Region `i` of the store (one mapped file); the same bytes for the store's whole life.
-    /// An index out of range gives no bytes.
-    fn region(&self, i: usize) -> &[u8];
-}
-
 /// A bound weight's bytes.
 #[derive(Clone)]
 pub(crate) enum WeightBytes<'w> {
     Borrowed(&'w [u8]),
-    Shared {
-        store: Arc<dyn WeightStore>,
-        region: usize,
-        range: Range<usize>,
-    },
+    Shared(WeightRef),
 }
 
 impl WeightBytes<'_> {
@@ -132,11 +121,7 @@ impl WeightBytes<'_> {
         match self {
             WeightBytes::Borrowed(b) => b,
             // In bounds: checked when bound, and the store's regions never change.
-            WeightBytes::Shared {
-                store,
-                region,
-                range,
-            } => store.region(*region).get(range.clone()).unwrap_or_default(),
+            WeightBytes::Shared(w) => w.bytes(),
         }
     }
 }
@@ -200,31 +185,24 @@ impl<'w> Memory<'w> {
         Ok(())
     }
 
-    /// Binds bytes `range` of region `region` of `store` as weight `t`; the memory keeps the
-    /// store alive (an owned model's files), so it borrows nothing.
+    /// Binds a weight's bytes in a store as weight `t`; the memory keeps the store alive (an
+    /// owned model's files), so it borrows nothing.
     pub fn bind_weight_shared(
         &mut self,
         plan: &Plan,
         t: TensorId,
-        store: Arc<dyn WeightStore>,
-        region: usize,
-        range: Range<usize>,
+        weight: WeightRef,
     ) -> Result<(), MemoryError> {
-        let bytes =
-            store
-                .region(region)
-                .get(range.clone())
-                .ok_or_else(|| MemoryError::WrongSize {
-                    name: Memory::name(plan, t),
-                    need: range.len(),
-                    got: 0,
-                })?;
+        let region = weight.store.region(weight.region);
+        let bytes = region
+            .get(weight.range.clone())
+            .ok_or_else(|| MemoryError::WrongSize {
+                name: Memory::name(plan, t),
+                need: weight.range.len(),
+                got: region.len(),
+            })?;
         let slot = Memory::check_weight(plan, t, bytes)?;
-        self.weights[slot] = Some(WeightBytes::Shared {
-            store,
-            region,
-            range,
-        });
+        self.weights[slot] = Some(WeightBytes::Shared(weight));
         Ok(())
     }
 

@@ -59,7 +59,7 @@ fn mlp(mode: GradMode, train: bool) -> Mlp {
         }
     }
     Mlp {
-        plan: Plan::compile(g),
+        plan: tinynn_cpu::compile(g),
         params,
         x,
         labels,

@@ -8,14 +8,13 @@
 use std::time::Instant;
 
 use tinynn_core::graph::Graph;
-use tinynn_core::plan::Plan;
 use tinynn_cpu::{ExecOptions, Executor, Memory};
 use tinynn_format::GgmlType::F32;
 
 fn time(name: &str, build: impl Fn(&mut Graph) -> Vec<(tinynn_core::tensor::TensorId, usize)>) {
     let mut g = Graph::new();
     let ins = build(&mut g);
-    let plan = Plan::compile(g);
+    let plan = tinynn_cpu::compile(g);
     let mut mem = Memory::new(&plan);
     for (t, n) in &ins {
         let v: Vec<f32> = (0..*n)

@@ -497,7 +497,6 @@ fn f32_products_blocked_sizes() {
 /// pair. Without AVX-512 BF16 the option leaves them f32.
 #[test]
 fn f32_products_in_bf16() {
-    use tinynn_core::plan::Plan;
     use tinynn_cpu::simd::{bf16_available, bf16_bits};
     use tinynn_cpu::{ExecOptions, Executor, Memory};
     let bf = |x: f32| f32::from_bits(u32::from(bf16_bits(x)) << 16);
@@ -507,7 +506,7 @@ fn f32_products_in_bf16() {
     let run = |g: &Graph, y, inputs: &[(tinynn_core::tensor::TensorId, Vec<f32>)], threads| {
         let mut g = g.clone();
         g.set_output(y).unwrap();
-        let plan = Plan::compile(g);
+        let plan = tinynn_cpu::compile(g);
         let mut mem = Memory::new(&plan);
         for (t, v) in inputs {
             mem.write_f32(&plan, *t, v).unwrap();

@@ -5,7 +5,6 @@ mod common;
 
 use common::{check, idx, weight_bytes, Input, Rng};
 use tinynn_core::graph::Graph;
-use tinynn_core::plan::Plan;
 use tinynn_core::quant;
 use tinynn_cpu::{ExecError, Executor, Memory};
 use tinynn_format::GgmlType;
@@ -118,7 +117,7 @@ fn mixture_of_experts() {
     let it = g.input("ids", GgmlType::I32, &[n_used, n_tok]).unwrap();
     let y = g.add_id(at, bt, it).unwrap();
     g.set_output(y).unwrap();
-    let plan = Plan::compile(g);
+    let plan = tinynn_cpu::compile(g);
     let mut mem = Memory::new(&plan);
     mem.write_i32(&plan, it, &[0, 1, 2, 9, 0, 0]).unwrap();
     assert_eq!(
@@ -323,7 +322,7 @@ fn adamw_and_sgd_steps_update_persistent_state() {
     let v = g.persistent("v", F32, &[n]).unwrap();
     let hp = g.input("hp", F32, &[7]).unwrap();
     g.adamw_step(w, gr, m, v, hp).unwrap();
-    let plan = Plan::compile(g);
+    let plan = tinynn_cpu::compile(g);
     assert_eq!(
         plan.steps().len(),
         1,
@@ -367,7 +366,7 @@ fn adamw_and_sgd_steps_update_persistent_state() {
     let vel = g.persistent("vel", F32, &[n]).unwrap();
     let hp = g.input("hp", F32, &[3]).unwrap();
     g.sgd_step(w, gr, vel, hp).unwrap();
-    let plan = Plan::compile(g);
+    let plan = tinynn_cpu::compile(g);
     let mut mem = Memory::new(&plan);
     mem.write_f32(&plan, w, &w0).unwrap();
     mem.write_f32(&plan, hp, &[0.1, 0.9, 0.0]).unwrap();

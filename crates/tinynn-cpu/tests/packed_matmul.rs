@@ -6,7 +6,6 @@
 use std::sync::Arc;
 
 use tinynn_core::graph::Graph;
-use tinynn_core::plan::Plan;
 use tinynn_core::quant;
 use tinynn_cpu::packed::{self, PackedWeight, ACT_BLOCK_BYTES};
 use tinynn_cpu::{Executor, Memory};
@@ -187,7 +186,7 @@ fn run_graph_packing(
     let xi = g.input("x", GgmlType::F32, &[k, m]).unwrap();
     let y = g.mul_mat(w, xi).unwrap();
     g.set_output(y).unwrap();
-    let plan = Plan::compile(g);
+    let plan = tinynn_cpu::compile(g);
     let mut mem = Memory::new(&plan);
     mem.bind_weight(&plan, w, w_bytes).unwrap();
     if let Some(pb) = packed_bytes {
@@ -254,7 +253,7 @@ fn a_packed_copy_of_another_shape_is_refused() {
     let x = g.input("x", GgmlType::F32, &[64, 1]).unwrap();
     let y = g.mul_mat(wt, x).unwrap();
     g.set_output(y).unwrap();
-    let plan = Plan::compile(g);
+    let plan = tinynn_cpu::compile(g);
     let mut mem = Memory::new(&plan);
     let p = packed::pack_always(GgmlType::Q8_0, [64, 4, 1, 1], &w).unwrap();
     let e = mem.bind_packed(&plan, wt, Arc::new(p)).unwrap_err();
@@ -311,7 +310,7 @@ fn a_packed_copy_can_stand_in_for_dropped_bytes() {
             g.set_output(c).unwrap();
         }
         g.set_output(out).unwrap();
-        (Plan::compile(g), wt, x, dy, ids, out)
+        (tinynn_cpu::compile(g), wt, x, dy, ids, out)
     };
     let (plan, wt, x, dy, ids, out) = build(false);
     let run = |mem: &mut Memory<'_>, strict: bool| {

@@ -5,7 +5,6 @@ mod common;
 use common::f32_bytes;
 use tinynn_core::graph::Graph;
 use tinynn_core::ops::{Rope, RopeMode};
-use tinynn_core::plan::Plan;
 use tinynn_cpu::{ExecError, Executor, Memory};
 use tinynn_format::GgmlType;
 
@@ -23,7 +22,7 @@ fn chains_share_the_arena_and_run_in_place() {
         h = g.add(s, y).unwrap();
     }
     g.set_output(h).unwrap();
-    let plan = Plan::compile(g);
+    let plan = tinynn_cpu::compile(g);
     plan.verify().unwrap();
     // 41 buffers of 4000 bytes would need 41 x 4032; in place they all fit in one.
     assert_eq!(plan.sum_of_buffers(), 4032, "{}", plan.layout_report());
@@ -55,7 +54,7 @@ fn peak_report_shows_what_is_live_at_the_peak() {
     let c = g.mul(a, b).unwrap(); // in place of a: no new bytes
     let d = g.sum(c).unwrap();
     g.set_output(d).unwrap();
-    let plan = Plan::compile(g);
+    let plan = tinynn_cpu::compile(g);
     let report = plan.peak_report();
     assert!(
         report.starts_with("peak: 8000 live bytes at step 2 (mul#"),
@@ -75,7 +74,7 @@ fn buffers_with_overlapping_lives_never_share_bytes() {
     let c = g.mul(a, b).unwrap();
     let d = g.rms_norm(c, 1e-6).unwrap();
     g.set_output(d).unwrap();
-    let plan = Plan::compile(g);
+    let plan = tinynn_cpu::compile(g);
     plan.verify().unwrap();
     assert!(plan.arena_bytes() <= plan.sum_of_buffers());
     let (pa, pb) = (
@@ -92,7 +91,7 @@ fn run_time_errors_are_reported() {
     let ids = g.input("ids", GgmlType::I32, &[2]).unwrap();
     let rows = g.get_rows(table, ids).unwrap();
     g.set_output(rows).unwrap();
-    let plan = Plan::compile(g);
+    let plan = tinynn_cpu::compile(g);
     let mut mem = Memory::new(&plan);
     let mut exec = Executor::new(&plan, 2);
     assert_eq!(
@@ -178,15 +177,19 @@ fn scaled_sum<B: tinynn_core::backend::Backend>(backend: &mut B, values: &[f32])
     let y = g.scale(x, 2.0).unwrap();
     let s = g.sum(y).unwrap();
     g.set_output(s).unwrap();
-    let plan = Plan::compile(g);
-    let mut mem = backend.new_memory(&plan);
+    let plan = backend.compile(g);
+    let mut mem = backend.new_memory(&plan, &[]);
     backend
-        .write(&mut mem, &plan, x, &f32_bytes(values))
+        .write(&mut mem, &plan, x, 0, &f32_bytes(values))
         .unwrap();
+    // A write past the tensor's end is an error, not a partial write.
+    assert!(backend
+        .write(&mut mem, &plan, x, 4, &f32_bytes(values))
+        .is_err());
     backend.run(&plan, &mut mem).unwrap();
-    let mut out = [0u8; 4];
-    backend.read(&plan, &mem, s, &mut out).unwrap();
-    f32::from_le_bytes(out)
+    let mut out = Vec::new();
+    backend.read_f32(&plan, &mem, s, &mut out).unwrap();
+    out[0]
 }
 
 #[test]
@@ -194,7 +197,10 @@ fn models_can_drive_the_cpu_through_the_backend_trait() {
     let mut g = Graph::new();
     let x = g.input("x", F32, &[4]).unwrap();
     g.set_output(x).unwrap();
-    let mut exec = Executor::new(&Plan::compile(g), 2);
+    let mut exec = Executor::cpu(tinynn_cpu::ExecOptions {
+        threads: 2,
+        ..Default::default()
+    });
     assert_eq!(tinynn_core::backend::Backend::name(&exec), "cpu");
     assert_eq!(scaled_sum(&mut exec, &[1.0, 2.0, 3.0, 4.5]), 21.0);
 }

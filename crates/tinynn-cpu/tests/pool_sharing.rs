@@ -54,7 +54,7 @@ fn one_pool_serves_every_executor() {
     let y = g.add(x, x).unwrap();
     let y = g.mul(y, y).unwrap();
     g.set_output(y).unwrap();
-    let plan = Plan::compile(g);
+    let plan = tinynn_cpu::compile(g);
     let mut e1 = Executor::new(&plan, 2);
     let mut e2 = Executor::new(&plan, 3);
     assert_eq!((e1.n_threads(), e2.n_threads()), (2, 3));

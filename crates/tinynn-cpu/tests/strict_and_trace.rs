@@ -7,7 +7,6 @@ mod common;
 use common::{nmse, weight_bytes, Rng};
 use tinynn_core::graph::Graph;
 use tinynn_core::ops::{Rope, RopeMode};
-use tinynn_core::plan::Plan;
 use tinynn_core::quant;
 use tinynn_cpu::{ExecOptions, Executor, Memory};
 use tinynn_format::GgmlType;
@@ -36,7 +35,7 @@ fn strict_mul_mat_uses_unquantized_activations_and_f64_sums() {
         let xt = g.input("x", F32, &[k, m]).unwrap();
         let y = g.mul_mat(wt, xt).unwrap();
         g.set_output(y).unwrap();
-        let plan = Plan::compile(g);
+        let plan = tinynn_cpu::compile(g);
         let mut mem = Memory::new(&plan);
         mem.bind_weight(&plan, wt, &w).unwrap();
         mem.write_f32(&plan, xt, &x).unwrap();
@@ -76,7 +75,7 @@ fn strict_rope_matches_f64_at_large_positions() {
         .rope(a, p, Rope::new(RopeMode::Normal, hd, 10000.0))
         .unwrap();
     g.set_output(y).unwrap();
-    let plan = Plan::compile(g);
+    let plan = tinynn_cpu::compile(g);
     let mut mem = Memory::new(&plan);
     mem.write_f32(&plan, a, &x).unwrap();
     mem.write_i32(&plan, p, &pos).unwrap();
@@ -106,7 +105,7 @@ fn trace_has_one_event_per_step_and_thread() {
     let b = g.rms_norm(a, 1e-6).unwrap();
     let c = g.soft_max(b, None, 1.0).unwrap();
     g.set_output(c).unwrap();
-    let plan = Plan::compile(g);
+    let plan = tinynn_cpu::compile(g);
     let mut mem = Memory::new(&plan);
     let mut plain = Executor::new(&plan, 2);
     plain.run(&plan, &mut mem).unwrap();

@@ -11,7 +11,6 @@ use std::sync::atomic::Ordering;
 use common::{f32_bytes, Rng};
 use tinynn_core::graph::Graph;
 use tinynn_core::ops::{Rope, RopeMode};
-use tinynn_core::plan::Plan;
 use tinynn_cpu::{Executor, Memory};
 use tinynn_format::GgmlType;
 
@@ -45,7 +44,7 @@ fn running_a_plan_allocates_nothing() {
     let scores = g.mul_mat(k, q).unwrap();
     let probs = g.soft_max(scores, Some(mask), 0.25).unwrap();
     g.set_output(probs).unwrap();
-    let plan = Plan::compile(g);
+    let plan = tinynn_cpu::compile(g);
     plan.verify().unwrap();
 
     let (e, a, b) = (rng.vec(d * 10), rng.vec(d * d), rng.vec(d * d));

@@ -11,7 +11,6 @@ use std::sync::atomic::Ordering;
 
 use common::{tiny_block, Input, Rng};
 use tinynn_core::graph::{GradMode, Graph};
-use tinynn_core::plan::Plan;
 use tinynn_core::tensor::TensorId;
 use tinynn_cpu::{Executor, Memory};
 use tinynn_format::GgmlType;
@@ -33,7 +32,7 @@ fn a_training_step_allocates_nothing() {
     let grads = g.backward_mode(loss, &params, GradMode::Fresh).unwrap();
     let hp = g.input("adamw_hp", GgmlType::F32, &[7]).unwrap();
     g.adamw_all(&grads, hp).unwrap();
-    let plan = Plan::compile(g);
+    let plan = tinynn_cpu::compile(g);
     plan.verify().unwrap();
 
     let mut mem = Memory::new(&plan);

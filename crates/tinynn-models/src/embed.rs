@@ -1,6 +1,8 @@
 //! Embeddings (llama.cpp's embedding mode): a text's final normalized hidden states, pooled
 //! over its tokens and scaled to unit length.
 
+use tinynn_core::backend::Backend;
+
 use crate::session::{BatchToken, Session};
 use crate::{ModelError, Result};
 
@@ -14,7 +16,7 @@ pub enum Pooling {
     Last,
 }
 
-impl Session {
+impl<B: Backend> Session<B> {
     /// The embeddings of `texts` (each tokenized with the model's BOS), one unit-length vector
     /// of the model's width per text, computed in sequence 0 (cleared before and after).
     pub fn embed_texts(&mut self, texts: &[&str], pooling: Pooling) -> Result<Vec<Vec<f32>>> {

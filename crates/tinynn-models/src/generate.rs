@@ -5,6 +5,9 @@
 
 use crate::chat::{ChatTemplate, Message};
 use crate::sampling::{Penalties, Sampler, Strategy};
+use tinynn_core::backend::Backend;
+use tinynn_cpu::Executor;
+
 use crate::session::Session;
 use crate::stop::StopMatcher;
 use crate::tokenizer::StreamDecoder;
@@ -81,8 +84,8 @@ impl SamplerSlot<'_> {
 }
 
 /// A running generation: an iterator of pieces (see the module docs).
-pub struct Generation<'s> {
-    session: &'s mut Session,
+pub struct Generation<'s, B: Backend = Executor> {
+    session: &'s mut Session<B>,
     sampler: SamplerSlot<'s>,
     stream: StreamDecoder,
     matcher: StopMatcher,
@@ -96,10 +99,14 @@ pub struct Generation<'s> {
     done: bool,
 }
 
-impl Session {
+impl<B: Backend> Session<B> {
     /// Evaluates `prompt` on sequence 0 (keeping the prefix the sequence already holds) and
     /// returns the generation that follows it.
-    pub fn generate(&mut self, prompt: &[u32], opts: &GenerateOptions) -> Result<Generation<'_>> {
+    pub fn generate(
+        &mut self,
+        prompt: &[u32],
+        opts: &GenerateOptions,
+    ) -> Result<Generation<'_, B>> {
         let sampler = SamplerSlot::Owned(opts.sampler());
         self.start(prompt, opts, sampler)
     }
@@ -111,12 +118,16 @@ impl Session {
         prompt: &[u32],
         opts: &GenerateOptions,
         sampler: &'s mut Sampler,
-    ) -> Result<Generation<'s>> {
+    ) -> Result<Generation<'s, B>> {
         self.start(prompt, opts, SamplerSlot::Borrowed(sampler))
     }
 
     /// Tokenizes `text` (with the model's BOS and special tokens) and generates after it.
-    pub fn generate_text(&mut self, text: &str, opts: &GenerateOptions) -> Result<Generation<'_>> {
+    pub fn generate_text(
+        &mut self,
+        text: &str,
+        opts: &GenerateOptions,
+    ) -> Result<Generation<'_, B>> {
         let prompt = self.model().tokenizer()?.encode(text, true)?;
         self.generate(&prompt, opts)
     }
@@ -128,7 +139,7 @@ impl Session {
         template: &ChatTemplate,
         messages: &[Message],
         opts: &GenerateOptions,
-    ) -> Result<Generation<'_>> {
+    ) -> Result<Generation<'_, B>> {
         let text = template.render(messages, true)?;
         self.generate_text(&text, opts)
     }
@@ -138,7 +149,7 @@ impl Session {
         prompt: &[u32],
         opts: &GenerateOptions,
         mut sampler: SamplerSlot<'s>,
-    ) -> Result<Generation<'s>> {
+    ) -> Result<Generation<'s, B>> {
         if prompt.is_empty() {
             return Err(crate::ModelError::Invalid("the prompt is empty".into()));
         }
@@ -168,7 +179,7 @@ impl Session {
     }
 }
 
-impl Generation<'_> {
+impl<B: Backend> Generation<'_, B> {
     /// Why generation ended (`None` while it runs).
     pub fn finish_reason(&self) -> Option<Finish> {
         self.finish
@@ -231,7 +242,7 @@ impl Generation<'_> {
     }
 }
 
-impl Iterator for Generation<'_> {
+impl<B: Backend> Iterator for Generation<'_, B> {
     type Item = Result<Piece>;
 
     fn next(&mut self) -> Option<Result<Piece>> {

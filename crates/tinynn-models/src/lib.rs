@@ -35,10 +35,9 @@ pub enum ModelError {
     Gguf(#[from] tinynn_format::GgufError),
     #[error("building the graph: {0}")]
     Graph(#[from] tinynn_core::graph::GraphError),
+    /// A backend's error (whatever backend runs the session).
     #[error(transparent)]
-    Memory(#[from] tinynn_cpu::MemoryError),
-    #[error(transparent)]
-    Exec(#[from] tinynn_cpu::ExecError),
+    Backend(Box<dyn std::error::Error + Send + Sync>),
     #[error("tensor '{0}' is missing from the model file")]
     MissingTensor(String),
     #[error("tensor '{name}' has shape {got:?}, the config implies {want:?}")]

@@ -58,7 +58,7 @@ impl std::fmt::Debug for LoraAdapter {
     }
 }
 
-impl tinynn_cpu::WeightStore for LoraAdapter {
+impl tinynn_core::backend::WeightStore for LoraAdapter {
     fn region(&self, i: usize) -> &[u8] {
         if i == 0 {
             self.file.bytes()

@@ -3,13 +3,13 @@
 //! of its matrix weights that every session of the model shares. Sessions hold it through an
 //! `Arc`, so a server, a C caller or Python can keep a model and many sessions without lifetimes.
 
+use std::any::Any;
 use std::collections::HashMap;
 use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
-use tinynn_cpu::packed::{self, PackedWeight};
-use tinynn_cpu::WeightStore;
+use tinynn_core::backend::{Backend, WeightStore};
 use tinynn_format::gguf::{GgufFile, Key};
 use tinynn_format::hf_config::TokenIds;
 use tinynn_format::model_config::ModelConfig;
@@ -30,6 +30,9 @@ enum Files {
     Hf(HfModelDir),
 }
 
+/// A backend's packed copy of a weight (type-erased) and its bytes.
+type Packed = (Arc<dyn Any + Send + Sync>, usize);
+
 /// A model ready to be run by any number of sessions (see [`crate::session::Session`]).
 pub struct Model {
     files: Files,
@@ -38,8 +41,9 @@ pub struct Model {
     /// The tokenizer and vocabulary, or why the model has none usable.
     text: std::result::Result<(Tokenizer, Vocab), String>,
     chat_template: Option<String>,
-    /// Packed copies of matrix weights by GGUF name (`None`: not packable), made on first use.
-    packs: Mutex<HashMap<String, Option<Arc<PackedWeight>>>>,
+    /// Packed copies of matrix weights by backend and GGUF name (`None`: not packable; with
+    /// their bytes), made on first use.
+    packs: Mutex<HashMap<(&'static str, String), Option<Packed>>>,
 }
 
 impl std::fmt::Debug for Model {
@@ -205,33 +209,34 @@ impl Model {
         }
     }
 
-    /// The packed copy of matrix weight `name` (made once, shared by every session; `None`
-    /// when its type has no packed layout). After packing, the file's pages of the weight are
-    /// released (reads fault them back in).
-    pub(crate) fn packed(
+    /// `backend`'s packed copy of matrix weight `name` (made once, shared by every session
+    /// on that backend; `None` when its type has no packed layout). After packing, the file's
+    /// pages of the weight are released (reads fault them back in).
+    pub(crate) fn packed<B: Backend>(
         &self,
+        backend: &B,
         name: &str,
         dtype: GgmlType,
         ne: [usize; 4],
         data: &[u8],
-    ) -> Option<Arc<PackedWeight>> {
+    ) -> Option<Arc<B::Packed>> {
         let mut packs = self.packs.lock().unwrap_or_else(|e| e.into_inner());
-        packs
-            .entry(name.to_string())
+        let (p, _) = packs
+            .entry((backend.name(), name.to_string()))
             .or_insert_with(|| {
-                let p = packed::pack(dtype, ne, data).map(Arc::new);
-                if p.is_some() {
-                    self.source().release(data);
-                }
-                p
+                let p = backend.pack(dtype, ne, data)?;
+                self.source().release(data);
+                let bytes = B::packed_bytes(&p);
+                Some((Arc::new(p) as Arc<dyn Any + Send + Sync>, bytes))
             })
-            .clone()
+            .clone()?;
+        p.downcast::<B::Packed>().ok()
     }
 
-    /// Bytes of the packed weight copies made so far.
+    /// Bytes of the packed weight copies made so far (all backends).
     pub fn packed_bytes(&self) -> usize {
         let packs = self.packs.lock().unwrap_or_else(|e| e.into_inner());
-        packs.values().flatten().map(|p| p.bytes()).sum()
+        packs.values().flatten().map(|(_, b)| b).sum()
     }
 }
 

@@ -36,8 +36,8 @@ fn nll(logits: &[f32], target: u32) -> f64 {
 /// Scores `tokens` in windows of the session's context (the session must produce all logits
 /// and take a whole window in one batch). `max_chunks` limits the windows; `bos` replaces the
 /// first token of each window when given.
-pub fn perplexity(
-    session: &mut Session,
+pub fn perplexity<B: tinynn_core::backend::Backend>(
+    session: &mut Session<B>,
     tokens: &[u32],
     bos: Option<u32>,
     max_chunks: Option<usize>,

@@ -12,9 +12,11 @@
 
 use std::sync::Arc;
 
+use tinynn_core::backend::{Backend, WeightRef, WeightStore};
 use tinynn_core::ops::Op;
 use tinynn_core::plan::Plan;
-use tinynn_cpu::{ExecOptions, Executor, Memory, WeightStore};
+use tinynn_core::tensor::TensorId;
+use tinynn_cpu::{ExecOptions, Executor};
 use tinynn_format::GgmlType;
 
 use crate::kv_cells::{CellError, KvCells, MAX_SEQUENCES};
@@ -32,7 +34,8 @@ pub struct SessionOptions {
     pub n_seq: usize,
     /// Most tokens per plan run (longer batches run in pieces).
     pub n_batch: usize,
-    /// Threads, strict mode, repacking, tracing.
+    /// Threads, strict mode, repacking, tracing. `strict` (f32 cache, no packed weights) and
+    /// `repack` hold for any backend; the rest configure the default CPU backend.
     pub exec: ExecOptions,
     /// With `all_logits`, [`Session::eval_batch`] keeps the logits of every token (perplexity).
     pub all_logits: bool,
@@ -76,10 +79,10 @@ pub struct BatchToken {
 }
 
 /// One compiled forward pass and its memory.
-struct Pass {
+struct Pass<B: Backend> {
     io: ForwardGraph,
     plan: Plan,
-    mem: Memory<'static>,
+    mem: B::Memory,
     /// Run counter at its last use (passes other than the first are dropped least recent first).
     last_used: u64,
 }
@@ -87,17 +90,18 @@ struct Pass {
 /// Passes kept besides the one-token pass.
 const MAX_EXTRA_PASSES: usize = 4;
 
-/// A model with its KV cache, passes and executor (see the module docs).
-pub struct Session {
+/// A model with its KV cache, passes and backend (see the module docs); the CPU backend
+/// unless made with [`Session::with_backend`].
+pub struct Session<B: Backend = Executor> {
     model: Arc<Model>,
     opts: SessionOptions,
     n_ctx: usize,
     n_batch: usize,
-    passes: Vec<Pass>,
+    passes: Vec<Pass<B>>,
     cache_type: GgmlType,
     /// Index of the pass whose memory holds the KV cache.
     cache_home: usize,
-    exec: Executor,
+    backend: B,
     cells: KvCells,
     /// Per sequence: the tokens whose K/V the cache holds, in order.
     tokens: Vec<Vec<u32>>,
@@ -107,19 +111,33 @@ pub struct Session {
     pub(crate) row_len: usize,
     /// Inputs of the running piece, reused: token ids, positions, cache rows, output rows.
     scratch: [Vec<i32>; 4],
+    /// Bytes on their way to the backend.
+    bytes: Vec<u8>,
     runs: u64,
     /// The pass that ran last (for traces).
     last_pass: usize,
 }
 
+fn backend_err<E: std::error::Error + Send + Sync + 'static>(e: E) -> ModelError {
+    ModelError::Backend(Box::new(e))
+}
+
 impl Session {
-    /// A session over `model` with a context of `n_ctx` tokens (one sequence).
+    /// A session over `model` with a context of `n_ctx` tokens (one sequence), on the CPU.
     pub fn new(model: Arc<Model>, n_ctx: usize, exec: ExecOptions) -> Result<Session> {
         Session::with_options(model, SessionOptions::new(n_ctx, exec))
     }
 
-    /// A session as `opts` says.
+    /// A session as `opts` says, on the CPU backend.
     pub fn with_options(model: Arc<Model>, opts: SessionOptions) -> Result<Session> {
+        let cpu = Executor::cpu(opts.exec);
+        Session::with_backend(model, opts, cpu)
+    }
+}
+
+impl<B: Backend> Session<B> {
+    /// A session as `opts` says, on `backend`.
+    pub fn with_backend(model: Arc<Model>, opts: SessionOptions, backend: B) -> Result<Session<B>> {
         let config = model.config();
         let n_ctx = opts
             .n_ctx
@@ -145,14 +163,15 @@ impl Session {
             masked: opts.n_seq > 1,
             hidden: false,
         };
-        let decode = Session::build_pass(&model, &opts, spec, true, 0)?;
+        let decode = Session::build_pass(&backend, &model, &opts, spec, true, 0)?;
         let row_len = decode.io.hparams.n_vocab;
         Ok(Session {
             n_ctx,
             n_batch: opts.n_batch.clamp(1, n_ctx),
             cache_type,
             cache_home: 0,
-            exec: Executor::with_options(&decode.plan, opts.exec),
+            backend,
+            bytes: Vec::new(),
             passes: vec![decode],
             cells: KvCells::new(n_ctx, opts.n_seq),
             tokens: vec![Vec::new(); opts.n_seq],
@@ -174,18 +193,19 @@ impl Session {
     /// A compiled pass; only the first allocates the KV cache, the others borrow it. Weights
     /// of matrix products read the model's packed copies when repacking is on.
     fn build_pass(
+        backend: &B,
         model: &Arc<Model>,
         opts: &SessionOptions,
         spec: GraphSpec,
         owns_cache: bool,
         runs: u64,
-    ) -> Result<Pass> {
+    ) -> Result<Pass<B>> {
         let src = model.source();
         let lora = opts.lora.as_ref();
         let io = forward_graph(src, model.config(), spec, lora)?;
-        let plan = Plan::compile(io.graph.clone());
+        let plan = backend.compile(io.graph.clone());
         let shared: &[_] = if owns_cache { &[] } else { &io.caches };
-        let mut mem = Memory::new_sharing(&plan, shared);
+        let mut mem = backend.new_memory(&plan, shared);
         let matmul_weights: Vec<_> = plan
             .graph()
             .nodes()
@@ -199,8 +219,15 @@ impl Session {
             // Adapter tensors come from the adapter's file, unpacked (they are small).
             if let Some(l) = lora {
                 if let Some(range) = l.adapter.range(name) {
-                    let adapter: Arc<dyn WeightStore> = l.adapter.clone();
-                    mem.bind_weight_shared(&plan, *t, adapter, 0, range)?;
+                    let store: Arc<dyn WeightStore> = l.adapter.clone();
+                    let w = WeightRef {
+                        store,
+                        region: 0,
+                        range,
+                    };
+                    backend
+                        .bind_weight(&mut mem, &plan, *t, w)
+                        .map_err(backend_err)?;
                     continue;
                 }
             }
@@ -210,16 +237,28 @@ impl Session {
             let (region, range) = model.locate(w.data).ok_or_else(|| {
                 ModelError::Invalid(format!("'{name}' lies outside the model's files"))
             })?;
-            mem.bind_weight_shared(&plan, *t, store.clone(), region, range)?;
+            let weight = WeightRef {
+                store: store.clone(),
+                region,
+                range,
+            };
+            backend
+                .bind_weight(&mut mem, &plan, *t, weight)
+                .map_err(backend_err)?;
             if repack && matmul_weights.contains(t) {
                 let layout = plan.graph().layout(*t);
-                if let Some(p) = model.packed(name, layout.dtype, layout.ne, w.data) {
-                    mem.bind_packed(&plan, *t, p)?;
+                if let Some(p) = model.packed(backend, name, layout.dtype, layout.ne, w.data) {
+                    backend
+                        .bind_packed(&mut mem, &plan, *t, p)
+                        .map_err(backend_err)?;
                 }
             }
         }
         if let (Some(t), Some(f)) = (io.freq_input, &io.hparams.freq_factors) {
-            mem.write_f32(&plan, t, f)?;
+            let bytes: Vec<u8> = f.iter().flat_map(|x| x.to_le_bytes()).collect();
+            backend
+                .write(&mut mem, &plan, t, 0, &bytes)
+                .map_err(backend_err)?;
         }
         Ok(Pass {
             io,
@@ -232,8 +271,8 @@ impl Session {
     /// The last run's per-step timings as Chrome trace JSON, when the session was made with
     /// `ExecOptions { trace: true, .. }`.
     pub fn chrome_trace(&self) -> Option<String> {
-        self.exec
-            .chrome_trace(&self.passes[self.last_pass.min(self.passes.len() - 1)].plan)
+        self.backend
+            .trace(&self.passes[self.last_pass.min(self.passes.len() - 1)].plan)
     }
 
     /// The decode plan (one token).
@@ -270,7 +309,14 @@ impl Session {
             self.bring_cache(0)?;
             self.passes.remove(oldest);
         }
-        let pass = Session::build_pass(&self.model, &self.opts, spec, false, self.runs)?;
+        let pass = Session::build_pass(
+            &self.backend,
+            &self.model,
+            &self.opts,
+            spec,
+            false,
+            self.runs,
+        )?;
         self.passes.push(pass);
         Ok(self.passes.len() - 1)
     }
@@ -389,8 +435,9 @@ impl Session {
             (&mut hi[0], &mut lo[self.cache_home])
         };
         for (&ta, &tb) in a.io.caches.iter().zip(&b.io.caches) {
-            a.mem
-                .swap_persistent(&a.plan, ta, &mut b.mem, &b.plan, tb)?;
+            self.backend
+                .swap(&mut a.mem, &a.plan, ta, &mut b.mem, &b.plan, tb)
+                .map_err(backend_err)?;
         }
         self.cache_home = to;
         Ok(())
@@ -529,42 +576,51 @@ impl Session {
                 .flat_map(|&c| (0..n_kv_heads).map(move |h| (h * n_cells + c) as i32)),
         );
         let kv_len = self.cells.used_end();
-        pass.mem.write_i32(&pass.plan, pass.io.tokens, ids)?;
-        pass.mem.write_i32(&pass.plan, pass.io.pos, pos)?;
-        pass.mem
-            .write_i32(&pass.plan, pass.io.kv_len, &[kv_len as i32])?;
-        pass.mem.write_i32(&pass.plan, pass.io.kv_rows, rows)?;
-        if let Some(t) = pass.io.out_ids {
-            pass.mem.write_i32(&pass.plan, t, outs)?;
+        let (backend, buf) = (&self.backend, &mut self.bytes);
+        let mut put = |t: TensorId, offset: usize, vals: &mut dyn Iterator<Item = [u8; 4]>| {
+            buf.clear();
+            vals.for_each(|v| buf.extend_from_slice(&v));
+            backend
+                .write(&mut pass.mem, &pass.plan, t, offset, buf)
+                .map_err(backend_err)
+        };
+        let io = &pass.io;
+        put(io.tokens, 0, &mut ids.iter().map(|v| v.to_le_bytes()))?;
+        put(io.pos, 0, &mut pos.iter().map(|v| v.to_le_bytes()))?;
+        put(
+            io.kv_len,
+            0,
+            &mut std::iter::once((kv_len as i32).to_le_bytes()),
+        )?;
+        put(io.kv_rows, 0, &mut rows.iter().map(|v| v.to_le_bytes()))?;
+        if let Some(t) = io.out_ids {
+            put(t, 0, &mut outs.iter().map(|v| v.to_le_bytes()))?;
         }
-        if let Some(mask) = pass.io.mask {
+        if let Some(mask) = io.mask {
             // Row q: 0 where token q may attend to cache row j, -inf elsewhere (rows from
             // kv_len on are never read).
-            let bytes = pass.mem.persistent_mut(&pass.plan, mask)?;
+            let cells = &self.cells;
             for (q, t) in piece.iter().enumerate() {
                 let p = pos[q] as usize;
-                let row = &mut bytes[q * n_cells * 4..(q * n_cells + kv_len) * 4];
-                for (j, v) in row.chunks_exact_mut(4).enumerate() {
-                    let m = if self.cells.visible(j, t.seq, p) {
-                        0.0f32
-                    } else {
-                        f32::NEG_INFINITY
-                    };
-                    v.copy_from_slice(&m.to_le_bytes());
-                }
+                let mut row = (0..kv_len).map(|j| {
+                    let visible = cells.visible(j, t.seq, p);
+                    if visible { 0.0f32 } else { f32::NEG_INFINITY }.to_le_bytes()
+                });
+                put(mask, q * n_cells * 4, &mut row)?;
             }
         }
-        self.exec.run(&pass.plan, &mut pass.mem)?;
+        self.backend
+            .run(&pass.plan, &mut pass.mem)
+            .map_err(backend_err)?;
         self.last_pass = i;
-        let bytes = self.exec.bytes(&pass.plan, &pass.mem, pass.io.output)?;
-        let row_len = bytes.len() / 4 / n_out;
-        let keep = if flagged == 0 { 0 } else { bytes.len() };
-        self.out.extend(
-            bytes[..keep]
-                .chunks_exact(4)
-                .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])),
-        );
-        self.row_len = row_len;
+        let before = self.out.len();
+        self.backend
+            .read_f32(&pass.plan, &pass.mem, pass.io.output, &mut self.out)
+            .map_err(backend_err)?;
+        self.row_len = (self.out.len() - before) / n_out;
+        if flagged == 0 {
+            self.out.truncate(before);
+        }
         Ok(())
     }
 }

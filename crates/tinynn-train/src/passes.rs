@@ -161,7 +161,7 @@ pub(crate) fn grad_pass(
     };
     g.set_name(grad_sq, "grad_sq")?;
     g.set_output(grad_sq)?;
-    let plan = Plan::compile(g);
+    let plan = tinynn_cpu::compile(g);
     let mut mem = Memory::new(&plan);
     write_constants(&plan, &mut mem, &fwd, hp, shape)?;
     // The frozen bytes are the caller's to write: a packed copy may replace them.
@@ -190,7 +190,7 @@ pub(crate) fn update_pass(specs: &[ParamSpec], opt: &Optimizer) -> Result<Update
         state.push(opt.build(&mut g, &s.name, p, buf, hp)?);
         buffers.push(buf);
     }
-    let plan = Plan::compile(g);
+    let plan = tinynn_cpu::compile(g);
     let shared: Vec<TensorId> = params.iter().chain(&buffers).copied().collect();
     let mem = Memory::new_sharing(&plan, &shared);
     Ok(UpdatePass {
@@ -221,7 +221,7 @@ pub(crate) fn eval_pass(
     };
     let lora = lora.map(|l| LoraGraph { dropout: 0.0, ..l });
     let fwd = build_forward(&mut g, hp, &table, shape, lora, None)?;
-    let plan = Plan::compile(g);
+    let plan = tinynn_cpu::compile(g);
     let mut mem = Memory::new_sharing(&plan, &all);
     write_constants(&plan, &mut mem, &fwd, hp, shape)?;
     Ok(EvalPass {

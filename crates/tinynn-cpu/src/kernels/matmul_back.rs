@@ -103,11 +103,11 @@ pub(crate) fn mul_mat_t(a: &StepArgs<'_>, ctx: &Ctx<'_>) {
 }
 
 /// Rows of a non-F32 weight dequantized per pass of [`mul_mat_t_dequantized`].
-const DEQUANT_ROWS: usize = tinynn_core::plan::MUL_MAT_T_PANEL_ROWS;
+const DEQUANT_ROWS: usize = crate::plan_work::MUL_MAT_T_PANEL_ROWS;
 
 /// Work bytes [`mul_mat_t_dequantized`] needs for a weight `[k, n]` and `m` output rows: a
 /// panel of `min(n, DEQUANT_ROWS)` dequantized rows and one `[k, m]` partial product (as
-/// `tinynn_core::plan::work_bytes` reserves them).
+/// `crate::plan_work::work_bytes` reserves them).
 fn dequant_work_bytes(k: usize, n: usize, m: usize) -> usize {
     4 * k * (n.min(DEQUANT_ROWS) + m)
 }

@@ -136,7 +136,7 @@ pub fn grad_check(
     for &gr in &grads {
         g.set_output(gr).unwrap();
     }
-    let plan = Plan::compile(g);
+    let plan = tinynn_cpu::compile(g);
     plan.verify().unwrap();
     let mut mem = Memory::new(&plan);
     for (t, bytes) in &built.weights {

@@ -7,7 +7,6 @@ pub mod gradcheck;
 pub mod tiny_block;
 
 use tinynn_core::graph::Graph;
-use tinynn_core::plan::Plan;
 use tinynn_core::tensor::TensorId;
 use tinynn_cpu::{Executor, Memory};
 use tinynn_format::GgmlType;
@@ -74,7 +73,7 @@ fn run_bytes(
 ) -> Vec<u8> {
     let mut g = g.clone();
     g.set_output(out).unwrap();
-    let plan = Plan::compile(g);
+    let plan = tinynn_cpu::compile(g);
     plan.verify().unwrap();
     let mut mem = Memory::new(&plan);
     for &(t, bytes) in weights {

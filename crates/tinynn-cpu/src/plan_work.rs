@@ -1,0 +1,54 @@
+//! What the CPU kernels need besides their outputs (scratch in the plan's arena), and
+//! compiling a graph into a plan with those sizes.
+
+use tinynn_core::graph::Graph;
+use tinynn_core::ops::Op;
+use tinynn_core::plan::Plan;
+use tinynn_core::quant;
+use tinynn_core::tensor::TensorId;
+use tinynn_format::GgmlType;
+
+/// A plan for `graph` with the CPU kernels' scratch.
+pub fn compile(graph: Graph) -> Plan {
+    Plan::compile_with(graph, &work_bytes)
+}
+
+/// Rows of a non-F32 weight a backend dequantizes at a time for `mul_mat_t` (sizes its work).
+pub const MUL_MAT_T_PANEL_ROWS: usize = 4096;
+
+/// Scratch bytes an op needs besides its output.
+pub fn work_bytes(graph: &Graph, node: TensorId) -> usize {
+    let n = graph.node(node);
+    match n.op {
+        Op::MulMat | Op::MulMatId => {
+            let (a, b) = (graph.layout(n.src[0]), graph.layout(n.src[1]));
+            // The backends' packed kernels take Q8_1-sized activation blocks for the Q8_0-dot
+            // formats (the exact Σq in the extra slot) and f32 (values rounded to f16) for F16;
+            // the others' (Q8_1, BF16) are their dot types.
+            let dot = match a.dtype {
+                GgmlType::Q8_0 | GgmlType::Q4_0 | GgmlType::Q5_0 => GgmlType::Q8_1,
+                GgmlType::F16 => GgmlType::F32,
+                t => quant::vec_dot_type(t).unwrap_or(t),
+            };
+            quant::row_bytes(dot, b.ne[0]).unwrap_or(0) * b.n_rows()
+        }
+        // A non-F32 weight's gradient product: a panel of dequantized rows and a partial
+        // product (the CPU backend's `mul_mat_t`).
+        Op::MulMatT => {
+            let (w, d) = (graph.layout(n.src[0]), graph.layout(node));
+            if w.dtype == GgmlType::F32 {
+                0
+            } else {
+                4 * w.ne[0] * (w.ne[1].min(MUL_MAT_T_PANEL_ROWS) + d.ne[1])
+            }
+        }
+        // Per-thread partial sums (loss, count) for up to 64 threads.
+        Op::CrossEntropyLoss => 64 * 16,
+        // Log-sum-exp and Σ dO·O per (head, query), f64.
+        Op::FlashAttnBack { .. } => {
+            let q = graph.layout(n.src[0]);
+            16 * q.ne[1] * q.ne[2]
+        }
+        _ => 0,
+    }
+}
