@@ -2,6 +2,8 @@
 //! with `--chat-template`) rendered with minijinja and its Python-compatibility methods, in a
 //! sandbox: no I/O, a fuel limit on template work, and a cap on the output size.
 
+#![warn(missing_docs)]
+
 use minijinja::{context, Environment, Error as JinjaError, ErrorKind};
 use tinynn_format::gguf::{Gguf, Key};
 
@@ -15,11 +17,14 @@ const MAX_OUTPUT: usize = 16 << 20;
 /// One turn of a conversation.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Message {
+    /// `system`, `user` or `assistant` (or whatever the template knows).
     pub role: String,
+    /// The text.
     pub content: String,
 }
 
 impl Message {
+    /// A message from `role`.
     pub fn new(role: &str, content: &str) -> Message {
         Message {
             role: role.to_string(),
@@ -28,6 +33,7 @@ impl Message {
     }
 }
 
+/// A chat template (Jinja), rendered in a sandbox.
 pub struct ChatTemplate {
     source: String,
     bos: String,

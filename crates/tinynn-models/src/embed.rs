@@ -1,6 +1,8 @@
 //! Embeddings (llama.cpp's embedding mode): a text's final normalized hidden states, pooled
 //! over its tokens and scaled to unit length.
 
+#![warn(missing_docs)]
+
 use tinynn_core::backend::Backend;
 
 use crate::session::{BatchToken, Session};

@@ -3,6 +3,8 @@
 //! never split a UTF-8 character and never show a stop string, even one spread over several
 //! tokens. [`Generation`] is an iterator, so a caller streams, collects or stops at will.
 
+#![warn(missing_docs)]
+
 use crate::chat::{ChatTemplate, Message};
 use crate::sampling::{Penalties, Sampler, Strategy};
 use tinynn_core::backend::Backend;

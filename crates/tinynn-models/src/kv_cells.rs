@@ -8,6 +8,8 @@
 //! positions and attention visits its rows in position order, as a one-sequence cache would:
 //! a sequence decoded alongside others gets the same arithmetic as decoded alone.
 
+#![warn(missing_docs)]
+
 /// Most sequences one cache holds (a cell's owners are a 64-bit set).
 pub const MAX_SEQUENCES: usize = 64;
 
@@ -51,10 +53,12 @@ impl KvCells {
         }
     }
 
+    /// Rows of the cache.
     pub fn n_cells(&self) -> usize {
         self.cells.len()
     }
 
+    /// Sequences the cache holds.
     pub fn n_seq(&self) -> usize {
         self.seqs.len()
     }

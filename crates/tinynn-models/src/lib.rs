@@ -8,6 +8,7 @@
 //!
 //! [`ModelConfig`]: tinynn_format::model_config::ModelConfig
 
+pub mod bench;
 pub mod chat;
 pub mod embed;
 pub mod generate;

@@ -5,6 +5,8 @@
 //! alpha is 0, as llama.cpp); the adapter's tensors are bound as weights from its file, which
 //! the adapter owns (a session holds it through an `Arc`).
 
+#![warn(missing_docs)]
+
 use std::collections::BTreeMap;
 use std::ops::Range;
 use std::path::Path;
@@ -19,7 +21,9 @@ use crate::{ModelError, Result};
 /// One adapter tensor: its type, ggml dims and where its bytes lie in the adapter file.
 #[derive(Clone, Debug)]
 pub struct LoraTensor {
+    /// F32 or F16.
     pub dtype: GgmlType,
+    /// ggml dims.
     pub ne: [usize; 2],
     /// Byte range in the adapter file.
     pub range: Range<usize>,
@@ -28,11 +32,14 @@ pub struct LoraTensor {
 /// The A/B pair of one base tensor.
 #[derive(Clone, Debug)]
 pub struct LoraPair {
+    /// `lora_a`: ggml dims `[W.ne0, r]`.
     pub a: LoraTensor,
+    /// `lora_b`: ggml dims `[r, W.ne1]`.
     pub b: LoraTensor,
 }
 
 impl LoraPair {
+    /// The rank r.
     pub fn rank(&self) -> usize {
         self.a.ne[1]
     }
@@ -41,7 +48,9 @@ impl LoraPair {
 /// A loaded adapter; it owns its (memory-mapped) file.
 pub struct LoraAdapter {
     file: GgufFile,
+    /// The base model's `general.architecture`.
     pub architecture: String,
+    /// `adapter.lora.alpha` (0: the scale alone).
     pub alpha: f32,
     /// Base tensor name → its A/B pair.
     pub pairs: BTreeMap<String, LoraPair>,
@@ -257,7 +266,9 @@ impl LoraAdapter {
 /// An adapter applied at a scale.
 #[derive(Clone, Debug)]
 pub struct AppliedLora {
+    /// The adapter.
     pub adapter: Arc<LoraAdapter>,
+    /// User scale (`--lora-scale`).
     pub scale: f32,
 }
 

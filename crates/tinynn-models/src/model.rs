@@ -3,6 +3,8 @@
 //! of its matrix weights that every session of the model shares. Sessions hold it through an
 //! `Arc`, so a server, a C caller or Python can keep a model and many sessions without lifetimes.
 
+#![warn(missing_docs)]
+
 use std::any::Any;
 use std::collections::HashMap;
 use std::ops::Range;

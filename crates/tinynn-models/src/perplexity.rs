@@ -4,6 +4,8 @@
 //! least `n_ctx/2` tokens of context. The result is `exp(mean NLL)` with the standard error of
 //! the mean carried through: `PPL · sqrt((E[nll²] − E[nll]²) / (count − 1))`.
 
+#![warn(missing_docs)]
+
 use crate::session::Session;
 use crate::{ModelError, Result};
 
@@ -12,17 +14,22 @@ use crate::{ModelError, Result};
 pub struct ChunkReport {
     /// 1-based window number, and how many there are.
     pub chunk: usize,
+    /// Windows scored so far.
     pub n_chunks: usize,
     /// Perplexity over all windows so far.
     pub running_ppl: f64,
 }
 
+/// The result of [`perplexity`].
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Perplexity {
+    /// exp of the mean negative log-likelihood.
     pub ppl: f64,
     /// Standard error of the estimate.
     pub error: f64,
+    /// Windows scored.
     pub n_chunks: usize,
+    /// Tokens scored.
     pub tokens_scored: usize,
 }
 

@@ -2,6 +2,8 @@
 //! llama.cpp's default order: repetition / presence / frequency penalties over the last N
 //! tokens → top-k → top-p → min-p → temperature → draw.
 
+#![warn(missing_docs)]
+
 use std::collections::VecDeque;
 
 /// How to pick tokens.
@@ -11,6 +13,7 @@ pub enum Strategy {
     Greedy,
     /// Sample from the filtered, temperature-scaled distribution.
     Sample {
+        /// Divides the logits (lower: more deterministic).
         temperature: f32,
         /// Keep the k most likely tokens (0 keeps all).
         top_k: usize,
@@ -18,6 +21,7 @@ pub enum Strategy {
         top_p: f32,
         /// Drop tokens less likely than `min_p` times the most likely one (0 keeps all).
         min_p: f32,
+        /// Seed of the random draw.
         seed: u64,
     },
 }
@@ -31,6 +35,7 @@ pub struct Penalties {
     pub presence: f32,
     /// Subtracted per occurrence (0 is off).
     pub frequency: f32,
+    /// How many recent tokens the penalties look at.
     pub last_n: usize,
 }
 
@@ -50,10 +55,12 @@ impl Default for Penalties {
 pub struct Rng(u64);
 
 impl Rng {
+    /// A generator from `seed`.
     pub fn new(seed: u64) -> Rng {
         Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ 0xD1B5_4A32_D192_ED03 | 1)
     }
 
+    /// The next 64 random bits.
     pub fn next_u64(&mut self) -> u64 {
         self.0 ^= self.0 >> 12;
         self.0 ^= self.0 << 25;
@@ -67,6 +74,7 @@ impl Rng {
     }
 }
 
+/// Penalties, filters and a seeded draw over logits (see the module docs).
 pub struct Sampler {
     strategy: Strategy,
     penalties: Penalties,
@@ -78,6 +86,7 @@ pub struct Sampler {
 }
 
 impl Sampler {
+    /// A sampler for `strategy` with `penalties`.
     pub fn new(strategy: Strategy, penalties: Penalties) -> Sampler {
         let seed = match strategy {
             Strategy::Sample { seed, .. } => seed,

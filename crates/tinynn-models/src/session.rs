@@ -10,6 +10,8 @@
 //! The one-sequence calls ([`Session::eval_batch`], [`Session::eval`], [`Session::n_past`],
 //! [`Session::truncate`], [`Session::reset`]) work on sequence 0.
 
+#![warn(missing_docs)]
+
 use std::sync::Arc;
 
 use tinynn_core::backend::{Backend, WeightRef, WeightStore};
@@ -351,6 +353,7 @@ impl<B: Backend> Session<B> {
         self.n_batch
     }
 
+    /// Sets the largest batch per plan run (at least 1, at most `n_ctx`).
     pub fn set_n_batch(&mut self, n: usize) {
         self.n_batch = n.clamp(1, self.n_ctx);
     }

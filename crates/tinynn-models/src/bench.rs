@@ -1,0 +1,222 @@
+//! Speed tests as llama-bench and llama-batched-bench measure them, for any front end:
+//! `pp N` evaluates N prompt tokens as one batch from an empty cache; `tg N` evaluates N tokens
+//! one at a time from an empty cache; `tg N par S` decodes N tokens in each of S sequences, one
+//! token of every sequence per run (aggregate tokens/s). Each test runs once to warm up, then
+//! `reps` times.
+
+#![warn(missing_docs)]
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use tinynn_cpu::ExecOptions;
+
+use crate::model::Model;
+use crate::session::{BatchToken, Session, SessionOptions};
+use crate::weights::WeightSource;
+use crate::{ModelError, Result};
+
+/// Which tests to run.
+#[derive(Clone, Debug, PartialEq)]
+pub struct BenchConfig {
+    /// Prompt lengths (`pp`); zeros are skipped.
+    pub n_prompt: Vec<usize>,
+    /// Generation lengths (`tg`); zeros are skipped.
+    pub n_gen: Vec<usize>,
+    /// Sequence counts decoded together for each generation length (`tg N par S`).
+    pub parallel: Vec<usize>,
+    /// Timed repetitions of each test (after one warm-up run).
+    pub reps: usize,
+    /// Threads, strict mode, repacking.
+    pub exec: ExecOptions,
+}
+
+/// One test's result.
+#[derive(Clone, Debug, PartialEq)]
+pub struct BenchResult {
+    /// `pp512`, `tg128`, `tg128 par4`.
+    pub test: String,
+    /// Tokens processed per repetition.
+    pub n_tokens: usize,
+    /// Tokens/s of each repetition.
+    pub samples_ts: Vec<f64>,
+    /// Mean tokens/s.
+    pub avg_ts: f64,
+    /// Standard deviation of the tokens/s.
+    pub stddev_ts: f64,
+}
+
+/// What the tests ran on, beside their results.
+#[derive(Clone, Debug, PartialEq)]
+pub struct BenchReport {
+    /// One result per test, in the order run.
+    pub results: Vec<BenchResult>,
+    /// Bytes of the packed weight copies.
+    pub packed_bytes: usize,
+    /// Bytes of the one-sequence session's KV cache.
+    pub kv_cache_bytes: usize,
+}
+
+/// Mean and sample standard deviation.
+pub fn mean_sd(v: &[f64]) -> (f64, f64) {
+    let n = v.len() as f64;
+    let mean = v.iter().sum::<f64>() / n;
+    let var = if v.len() > 1 {
+        v.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / (n - 1.0)
+    } else {
+        0.0
+    };
+    (mean, var.sqrt())
+}
+
+/// Token ids to feed: spread over the vocabulary, never id 0..3 (special tokens).
+fn tokens(n: usize, vocab: usize) -> Vec<u32> {
+    (0..n)
+        .map(|i| (4 + (i * 7919) % (vocab.max(8) - 4)) as u32)
+        .collect()
+}
+
+/// Times `f` (which processes `n` tokens) once to warm up and `reps` times.
+fn timed(
+    test: String,
+    n: usize,
+    reps: usize,
+    mut f: impl FnMut() -> Result<()>,
+) -> Result<BenchResult> {
+    let mut samples = Vec::with_capacity(reps);
+    for rep in 0..=reps {
+        let t0 = Instant::now();
+        f()?;
+        let secs = t0.elapsed().as_secs_f64();
+        if rep > 0 {
+            samples.push(n as f64 / secs.max(1e-9));
+        }
+    }
+    let (avg_ts, stddev_ts) = mean_sd(&samples);
+    Ok(BenchResult {
+        test,
+        n_tokens: n,
+        samples_ts: samples,
+        avg_ts,
+        stddev_ts,
+    })
+}
+
+/// Runs the tests `cfg` names on `model`.
+pub fn bench(model: &Arc<Model>, cfg: &BenchConfig) -> Result<BenchReport> {
+    if cfg.reps == 0 {
+        return Err(ModelError::Invalid("repetitions must be at least 1".into()));
+    }
+    if let Some(&s) = cfg.parallel.iter().find(|&&s| s == 0 || s > 64) {
+        return Err(ModelError::Invalid(format!(
+            "{s} parallel sequences: give 1 to 64"
+        )));
+    }
+    let n_prompt: Vec<usize> = cfg.n_prompt.iter().copied().filter(|&n| n > 0).collect();
+    let n_gen: Vec<usize> = cfg.n_gen.iter().copied().filter(|&n| n > 0).collect();
+    let longest = n_prompt.iter().chain(&n_gen).copied().max().unwrap_or(1);
+    let mut session = Session::new(model.clone(), longest, cfg.exec)?;
+    session.set_n_batch(longest);
+    let vocab = session.model().config().n_vocab.unwrap_or(8) as usize;
+    let mut results = Vec::new();
+    for &n in &n_prompt {
+        let ids = tokens(n, vocab);
+        results.push(timed(format!("pp{n}"), n, cfg.reps, || {
+            session.reset();
+            session.eval_batch(&ids).map(|_| ())
+        })?);
+    }
+    for &n in &n_gen {
+        let ids = tokens(n, vocab);
+        results.push(timed(format!("tg{n}"), n, cfg.reps, || {
+            session.reset();
+            ids.iter().try_for_each(|&t| session.eval(t).map(|_| ()))
+        })?);
+    }
+    let report = |results| BenchReport {
+        results,
+        packed_bytes: session.packed_bytes(),
+        kv_cache_bytes: session.kv_cache_bytes(),
+    };
+    let Some(&max_seq) = cfg.parallel.iter().max() else {
+        return Ok(report(results));
+    };
+    let max_gen = n_gen.iter().copied().max().unwrap_or(0);
+    if max_gen == 0 {
+        return Ok(report(results));
+    }
+    let mut batched = Session::with_options(
+        model.clone(),
+        SessionOptions {
+            n_ctx: max_seq * max_gen,
+            n_seq: max_seq,
+            exec: cfg.exec,
+            ..SessionOptions::default()
+        },
+    )?;
+    for &n in &n_gen {
+        for &seqs in &cfg.parallel {
+            let ids = tokens(n * seqs, vocab);
+            let mut batch = Vec::with_capacity(seqs);
+            let r = timed(format!("tg{n} par{seqs}"), n * seqs, cfg.reps, || {
+                (0..seqs).for_each(|s| batched.clear_seq(s));
+                for step in ids.chunks_exact(seqs) {
+                    batch.clear();
+                    batch.extend(step.iter().enumerate().map(|(seq, &token)| BatchToken {
+                        token,
+                        seq,
+                        logits: true,
+                    }));
+                    batched.decode(&batch)?;
+                }
+                Ok(())
+            })?;
+            results.push(r);
+        }
+    }
+    Ok(report(results))
+}
+
+/// Parameter count, tensor bytes and a llama-bench style name ("llama 135M Q4_1").
+pub fn describe(model: &Model) -> Result<(u64, u64, String)> {
+    let (params, bytes, arch, ftype) = match model.source() {
+        WeightSource::Gguf(f) => {
+            let g = f.gguf();
+            let params = g.tensors().iter().map(|t| t.n_elements).sum();
+            let bytes = g.tensors().iter().map(|t| t.n_bytes).sum();
+            let ftype = g
+                .get_u64(tinynn_format::gguf::Key::GeneralFileType)?
+                .and_then(tinynn_format::gguf::file_type_name)
+                .unwrap_or("?")
+                .to_string();
+            (
+                params,
+                bytes,
+                g.architecture().unwrap_or("?").to_string(),
+                ftype,
+            )
+        }
+        WeightSource::Hf(d) => {
+            let (mut params, mut bytes) = (0, 0);
+            for shard in &d.shards {
+                for t in shard.tensors() {
+                    params += t.n_elements();
+                    bytes += t.n_bytes as u64;
+                }
+            }
+            let arch = d.config.model_type.clone().unwrap_or_else(|| "?".into());
+            (
+                params,
+                bytes,
+                arch,
+                d.config.weight_dtype().unwrap_or("?").to_string(),
+            )
+        }
+    };
+    let label = if params >= 1_000_000_000 {
+        format!("{:.1}B", params as f64 / 1e9)
+    } else {
+        format!("{}M", (params as f64 / 1e6).round())
+    };
+    Ok((params, bytes, format!("{arch} {label} {ftype}")))
+}
