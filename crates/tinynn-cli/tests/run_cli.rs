@@ -321,4 +321,40 @@ fn bench_reports_pp_and_tg() {
     assert_eq!(rows.len(), 1);
     assert_eq!(rows[0]["test"], "pp16");
     assert!(rows[0]["avg_ts"].as_f64().unwrap() > 0.0);
+    // Sequences decoding together: one row per count, tokens counted over all sequences.
+    let out = run_measured(
+        tnn()
+            .args([
+                "bench",
+                "-p",
+                "0",
+                "-n",
+                "4",
+                "-r",
+                "1",
+                "-o",
+                "json",
+                "-t",
+                "2",
+                "--parallel",
+                "1,3",
+                "-m",
+            ])
+            .arg(real_model()),
+    );
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    let rows: serde_json::Value = serde_json::from_str(&out.stdout).unwrap();
+    let tests: Vec<(&str, u64)> = rows
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| (r["test"].as_str().unwrap(), r["n_tokens"].as_u64().unwrap()))
+        .collect();
+    assert_eq!(tests, [("tg4", 4), ("tg4 par1", 4), ("tg4 par3", 12)]);
+    // A bad output format or sequence count is refused before anything runs.
+    for bad in [["-o", "xml"], ["--parallel", "65"]] {
+        let out = run_measured(tnn().args(["bench", "-m"]).arg(real_model()).args(bad));
+        assert_eq!(out.code, Some(1), "{}", out.stderr);
+        assert!(out.stderr.starts_with("error:"), "{}", out.stderr);
+    }
 }
