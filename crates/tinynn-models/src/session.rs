@@ -111,8 +111,11 @@ pub struct Session<B: Backend = Executor> {
     pub(crate) out: Vec<f32>,
     /// Length of one output row (the vocabulary, or the embedding size).
     pub(crate) row_len: usize,
-    /// Inputs of the running piece, reused: token ids, positions, cache rows, output rows.
-    scratch: [Vec<i32>; 4],
+    /// Inputs of the running piece, reused: token ids, positions, cache rows, output rows,
+    /// cells taken.
+    scratch: [Vec<i32>; 5],
+    /// Each sequence's length before the running batch (to roll a failed batch back).
+    seq_lens: Vec<usize>,
     /// Bytes on their way to the backend.
     bytes: Vec<u8>,
     runs: u64,
@@ -180,6 +183,7 @@ impl<B: Backend> Session<B> {
             out: vec![0.0; row_len],
             row_len,
             scratch: Default::default(),
+            seq_lens: Vec::with_capacity(opts.n_seq),
             runs: 0,
             last_pass: 0,
             model,
@@ -519,13 +523,16 @@ impl<B: Backend> Session<B> {
         if batch.len() > self.cells.n_free() {
             return Err(ModelError::ContextFull(self.n_ctx));
         }
-        let before: Vec<usize> = (0..self.cells.n_seq()).map(|s| self.cells.len(s)).collect();
+        // Nothing is allocated per batch: the inputs go through reused scratch vectors.
+        self.seq_lens.clear();
+        self.seq_lens
+            .extend((0..self.cells.n_seq()).map(|s| self.cells.len(s)));
         self.out.clear();
         let n_batch = self.n_batch;
         for piece in batch.chunks(n_batch) {
             if let Err(e) = self.run_piece(piece, hidden) {
-                for (s, &n) in before.iter().enumerate() {
-                    self.truncate_seq(s, n);
+                for s in 0..self.seq_lens.len() {
+                    self.truncate_seq(s, self.seq_lens[s]);
                 }
                 self.out.clear();
                 return Err(e);
@@ -542,11 +549,11 @@ impl<B: Backend> Session<B> {
         let i = self.pass_index(n, n_out, hidden)?;
         self.bring_cache(i)?;
         self.runs += 1;
-        let [ids, pos, rows, outs] = &mut self.scratch;
+        let [ids, pos, rows, outs, cells] = &mut self.scratch;
         ids.clear();
         pos.clear();
         outs.clear();
-        let mut cells = Vec::with_capacity(n);
+        cells.clear();
         for (k, t) in piece.iter().enumerate() {
             ids.push(
                 i32::try_from(t.token).map_err(|_| {
@@ -561,7 +568,7 @@ impl<B: Backend> Session<B> {
                 }
             })?;
             self.tokens[t.seq].push(t.token);
-            cells.push(cell as usize);
+            cells.push(cell as i32);
             if t.logits {
                 outs.push(k as i32);
             }
@@ -576,7 +583,7 @@ impl<B: Backend> Session<B> {
         rows.extend(
             cells
                 .iter()
-                .flat_map(|&c| (0..n_kv_heads).map(move |h| (h * n_cells + c) as i32)),
+                .flat_map(|&c| (0..n_kv_heads).map(move |h| (h * n_cells) as i32 + c)),
         );
         let kv_len = self.cells.used_end();
         let (backend, buf) = (&self.backend, &mut self.bytes);
