@@ -1,11 +1,11 @@
-//! `tnn train`: train a Llama-family model from scratch (seeded random init) from a JSON config,
-//! with the tokenizer of a GGUF model (the default model's unless `--tokenizer`).
+//! `tnn train`: train a model from scratch (seeded random init) from a JSON config, with the
+//! tokenizer of a GGUF model (the default model's unless `--tokenizer`).
 //!
-//! The config's fields (JSON object): `architecture` ("llama", "mistral", "qwen2", "qwen3";
-//! default "llama"), `n_embd`, `n_layer`, `n_head`, `n_ff` (required), `n_head_kv` (default
-//! `n_head`), `head_dim` (default `n_embd / n_head`), `n_ctx` (default 2048), `n_vocab`
-//! (default: the tokenizer's), `norm_eps` (1e-5), `rope_freq_base` (10000),
-//! `tie_word_embeddings` (true).
+//! The config's fields (JSON object): `architecture` (an architecture the registry
+//! `tinynn_models::arch` lets train: "llama", "mistral", "qwen2", "qwen3"; default "llama"),
+//! `n_embd`, `n_layer`, `n_head`, `n_ff` (required), `n_head_kv` (default `n_head`),
+//! `head_dim` (default `n_embd / n_head`), `n_ctx` (default 2048), `n_vocab` (default: the
+//! tokenizer's), `norm_eps` (1e-5), `rope_freq_base` (10000), `tie_word_embeddings` (true).
 
 use std::path::PathBuf;
 
@@ -15,6 +15,7 @@ use serde::Deserialize;
 use serde_json::json;
 use tinynn_format::gguf::{GgufFile, GgufString, Value};
 use tinynn_format::model_config::{Architecture, ModelConfig, RopeScaling};
+use tinynn_models::arch;
 use tinynn_models::tokenizer::Tokenizer;
 use tinynn_models::vocab::Vocab;
 use tinynn_train::{TrainSource, Trainer};
@@ -77,16 +78,14 @@ fn yes() -> bool {
 
 impl ScratchConfig {
     fn model_config(&self, n_vocab: u64) -> Result<ModelConfig> {
-        let architecture = Architecture::from_gguf_name(&self.architecture);
-        if !matches!(
-            architecture,
-            Architecture::Llama | Architecture::Mistral | Architecture::Qwen2 | Architecture::Qwen3
-        ) {
+        if !arch::by_name(&self.architecture).is_some_and(|a| a.train) {
             bail!(
-                "architecture '{}' cannot be trained (llama, mistral, qwen2, qwen3)",
-                self.architecture
+                "architecture '{}' cannot be trained ({})",
+                self.architecture,
+                arch::names(|a| a.train)
             );
         }
+        let architecture = Architecture::from_gguf_name(&self.architecture);
         if self.n_head == 0 || self.n_embd == 0 || self.n_layer == 0 || self.n_ff == 0 {
             bail!("n_embd, n_layer, n_head and n_ff must be at least 1");
         }

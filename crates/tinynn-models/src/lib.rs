@@ -1,16 +1,25 @@
 //! tinynn-models: transformer architectures as graphs, from a typed [`ModelConfig`] and the
-//! weights of a GGUF file.
+//! weights of a GGUF file or an HF directory.
 //!
-//! - [`llama`]: the Llama family's decoder (Llama 2/3, SmolLM/SmolLM2, TinyLlama, Mistral).
+//! - [`common`]: the pieces blocks are made of (linear with LoRA, norms, MLPs, RoPE, attention
+//!   over a KV cache or whole sequences) and [`common::Leaves`], where a block's tensors come
+//!   from (inference: the file; training: the trainer's parameters).
+//! - [`arch`]: the registry of supported architectures and their decoders (`arch/llama.rs`:
+//!   Llama 2/3, SmolLM, Mistral, Qwen2, Qwen3), each written once for inference and training.
+//! - [`forward`]: the inference graph (KV cache, logits or hidden states); [`llama`] keeps its
+//!   old names.
 //! - [`lora`]: LoRA adapters (llama.cpp's GGUF format) applied at inference.
 //! - [`session`]: a model bound to an executor with its KV cache; one decode step per token.
 //! - [`vocab`]: token strings from GGUF metadata and byte-level (GPT-2 style) detokenization.
 //!
 //! [`ModelConfig`]: tinynn_format::model_config::ModelConfig
 
+pub mod arch;
 pub mod bench;
 pub mod chat;
+pub mod common;
 pub mod embed;
+pub mod forward;
 pub mod generate;
 pub mod kv_cells;
 pub mod llama;
@@ -47,8 +56,16 @@ pub enum ModelError {
         got: Vec<u64>,
         want: Vec<u64>,
     },
-    #[error("architecture '{0}' is not supported yet")]
+    #[error(
+        "architecture '{0}' is not supported yet (supported: {known})",
+        known = crate::arch::names(|_| true)
+    )]
     UnsupportedArchitecture(String),
+    #[error(
+        "architecture '{0}' cannot be trained yet (trainable: {known})",
+        known = crate::arch::names(|a| a.train)
+    )]
+    NotTrainable(String),
     #[error("the context is full: {0} tokens")]
     ContextFull(usize),
     #[error("{0}")]

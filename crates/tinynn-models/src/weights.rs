@@ -1,8 +1,7 @@
 //! Where a model's weights come from: a GGUF file, or a Hugging Face directory of safetensors.
-//! Graphs ask for tensors by their GGUF names; HF names are mapped to them here, and PyTorch
-//! shapes (outermost first) become ggml dims (innermost first) — the bytes are the same.
-
-use std::borrow::Cow;
+//! Graphs ask for tensors by their GGUF names; HF names are mapped to them here (by the
+//! architecture's `hf_name` in `crate::arch::REGISTRY`), and PyTorch shapes (outermost first)
+//! become ggml dims (innermost first) — the bytes are the same.
 
 use tinynn_format::gguf::GgufFile;
 use tinynn_format::model_config::ModelConfig;
@@ -10,7 +9,7 @@ use tinynn_format::model_dir::HfModelDir;
 use tinynn_format::safetensors::Dtype;
 use tinynn_format::GgmlType;
 
-use crate::{ModelError, Result};
+use crate::{arch, ModelError, Result};
 
 /// One weight: its type, ggml dims and bytes (borrowed from the file's memory map).
 pub struct Weight<'a> {
@@ -35,37 +34,6 @@ impl<'a> From<&'a HfModelDir> for WeightSource<'a> {
     fn from(d: &'a HfModelDir) -> Self {
         WeightSource::Hf(d)
     }
-}
-
-/// The HF (transformers Llama/Qwen2 layout) name of a GGUF tensor name.
-fn hf_name(gguf: &str) -> Option<Cow<'static, str>> {
-    let fixed = match gguf {
-        "token_embd.weight" => Some("model.embed_tokens.weight"),
-        "output_norm.weight" => Some("model.norm.weight"),
-        "output.weight" => Some("lm_head.weight"),
-        _ => None,
-    };
-    if let Some(f) = fixed {
-        return Some(Cow::Borrowed(f));
-    }
-    let rest = gguf.strip_prefix("blk.")?;
-    let (layer, tail) = rest.split_once('.')?;
-    let (part, kind) = tail.rsplit_once('.')?;
-    let hf = match part {
-        "attn_norm" => "input_layernorm",
-        "attn_q" => "self_attn.q_proj",
-        "attn_k" => "self_attn.k_proj",
-        "attn_v" => "self_attn.v_proj",
-        "attn_output" => "self_attn.o_proj",
-        "attn_q_norm" => "self_attn.q_norm",
-        "attn_k_norm" => "self_attn.k_norm",
-        "ffn_norm" => "post_attention_layernorm",
-        "ffn_gate" => "mlp.gate_proj",
-        "ffn_up" => "mlp.up_proj",
-        "ffn_down" => "mlp.down_proj",
-        _ => return None,
-    };
-    Some(Cow::Owned(format!("model.layers.{layer}.{hf}.{kind}")))
 }
 
 impl<'a> WeightSource<'a> {
@@ -99,7 +67,10 @@ impl<'a> WeightSource<'a> {
                 data: t.data,
             })),
             WeightSource::Hf(d) => {
-                let Some(hf) = hf_name(name) else {
+                let model_type = d.config.model_type.as_deref().unwrap_or("");
+                let arch = arch::by_hf_model_type(model_type)
+                    .ok_or_else(|| ModelError::UnsupportedArchitecture(model_type.to_string()))?;
+                let Some(hf) = (arch.hf_name)(name) else {
                     return Ok(None);
                 };
                 let Some((file, t)) = d.tensor(&hf) else {
@@ -122,24 +93,5 @@ impl<'a> WeightSource<'a> {
                 }))
             }
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::hf_name;
-
-    #[test]
-    fn names_map_to_transformers_layout() {
-        assert_eq!(
-            hf_name("blk.3.attn_q.bias").as_deref(),
-            Some("model.layers.3.self_attn.q_proj.bias")
-        );
-        assert_eq!(
-            hf_name("blk.0.ffn_down.weight").as_deref(),
-            Some("model.layers.0.mlp.down_proj.weight")
-        );
-        assert_eq!(hf_name("output.weight").as_deref(), Some("lm_head.weight"));
-        assert_eq!(hf_name("blk.0.unknown.weight"), None);
     }
 }

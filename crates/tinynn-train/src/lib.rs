@@ -2,10 +2,11 @@
 //! (`tinynn_core::graph::Graph::backward`): model training graphs, optimizers and learning-rate
 //! schedules, data loading, checkpoints, and LoRA.
 //!
-//! Full fine-tuning of a Llama-family model: [`Trainer`] (`trainer.rs`) over the training
-//! forward pass (`model.rs`), the parameters and their initial values (`params.rs`,
-//! `source.rs`), the optimizers (`optim.rs`), the compiled passes (`passes.rs`) and the GGUF
-//! export (`export.rs`).
+//! Full fine-tuning of a model of any architecture `tinynn_models::arch` lets train:
+//! [`Trainer`] (`trainer.rs`) over the training forward pass (`model.rs`: the architecture's
+//! decoder on the trainer's leaves, `leaves.rs`), the parameters and their initial values
+//! (`params.rs`, `source.rs`), the optimizers (`optim.rs`), the compiled passes (`passes.rs`)
+//! and the GGUF export (`export.rs`).
 //!
 //! - [`schedule`]: learning-rate schedules; [`ema`]: weight averages; [`rng`]: a serializable RNG.
 //! - [`data`]: packed text, JSONL chat (loss on assistant tokens), streamed `.bin` tokens, and
@@ -23,6 +24,7 @@ pub mod data;
 pub mod ema;
 pub mod error;
 pub mod export;
+mod leaves;
 pub mod lora;
 pub mod metrics;
 pub mod model;

@@ -1,19 +1,22 @@
-//! The Llama-family forward pass for training: `batch` sequences of `seq` tokens at once, no KV
-//! cache, each sequence attending causally to itself only, ending in the mean cross-entropy.
+//! The training forward pass: `batch` sequences of `seq` tokens at once, no KV cache, each
+//! sequence attending causally to itself only, ending in the mean cross-entropy.
 //!
-//! It reads the same hyperparameters as the inference graph (`tinynn_models::llama`'s
-//! `LlamaHparams`: RoPE mode and scaling, GQA, q/k norms, biases, tied head) and the same GGUF
-//! tensor names, but is its own builder: inference binds read-only weights of any type and
-//! attends through the head-major KV cache, while here every parameter is a persistent F32
-//! leaf (the master copy the optimizer updates in place) and attention runs per sequence over
-//! that sequence's own keys.
+//! The decoder is the model's architecture (`tinynn_models::arch`), the same code the
+//! inference graph runs: here its tensors come from [`ParamTable`] (persistent F32 parameters
+//! the optimizer updates in place, or frozen base tensors in their file types) through
+//! `crate::leaves`, and attention runs in full-sequence mode, the sequences as flash
+//! attention's batch dimension. What is training's own is here: the inputs (labels, the loss
+//! normalizer, the dropout seed), and the output head scored and differentiated in chunks.
 
 use tinynn_core::graph::Graph;
 use tinynn_core::tensor::TensorId;
 use tinynn_format::GgmlType;
-use tinynn_models::llama::LlamaHparams;
+use tinynn_models::arch::{trunk, Arch, LlamaHparams};
+use tinynn_models::common::{Attention, AttnMode, RopeInputs};
 
 use crate::error::{Result, TrainError};
+pub use crate::leaves::ParamTable;
+use crate::leaves::TrainLeaves;
 
 /// The batch shape of one forward pass.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -110,37 +113,6 @@ pub struct LoraGraph {
     pub dropout: f32,
 }
 
-/// What the projections of one forward pass add (LoRA branches) and collect (their masks).
-struct Adapters {
-    lora: Option<LoraGraph>,
-    /// The dropout seed input, made with the first branch that needs it.
-    seed: Option<TensorId>,
-    /// Dropout sites so far (each one's salt).
-    sites: u32,
-}
-
-/// Looks parameters up by GGUF name.
-pub struct ParamTable<'a> {
-    pub names: &'a [String],
-    pub ids: &'a [TensorId],
-}
-
-impl ParamTable<'_> {
-    fn get(&self, name: &str) -> Option<TensorId> {
-        self.names
-            .iter()
-            .position(|n| n == name)
-            .map(|i| self.ids[i])
-    }
-
-    fn need(&self, name: &str) -> Result<TensorId> {
-        self.get(name).ok_or_else(|| TrainError::Param {
-            name: name.into(),
-            message: "the training graph needs it but it is not a parameter".into(),
-        })
-    }
-}
-
 /// The causal mask of one sequence (`TrainForward::mask`'s values).
 pub fn causal_mask(seq: usize) -> Vec<f32> {
     (0..seq * seq)
@@ -161,82 +133,21 @@ pub fn positions(shape: BatchShape) -> Vec<i32> {
         .collect()
 }
 
-/// `rms_norm(x) * w`.
-fn norm(g: &mut Graph, x: TensorId, w: TensorId, eps: f32) -> Result<TensorId> {
-    let h = g.rms_norm(x, eps)?;
-    Ok(g.mul(h, w)?)
-}
-
-/// `w·x`, plus the LoRA branch of `w` when it has one.
-fn project(
-    g: &mut Graph,
-    p: &ParamTable<'_>,
-    ad: &mut Adapters,
-    x: TensorId,
-    w: &str,
-) -> Result<TensorId> {
-    let y = g.mul_mat(p.need(w)?, x)?;
-    let Some(lora) = ad.lora else {
-        return Ok(y);
-    };
-    let Some(a) = p.get(&format!("{w}.lora_a")) else {
-        return Ok(y);
-    };
-    let b = p.need(&format!("{w}.lora_b"))?;
-    let xin = if lora.dropout > 0.0 {
-        let seed = match ad.seed {
-            Some(s) => s,
-            None => *ad
-                .seed
-                .insert(g.input("dropout_seed", GgmlType::I32, &[2])?),
-        };
-        ad.sites += 1;
-        g.dropout(x, seed, lora.dropout, ad.sites)?
-    } else {
-        x
-    };
-    let ax = g.mul_mat(a, xin)?; // [r, n]
-    let bax = g.mul_mat(b, ax)?; // [out, n]
-    let branch = g.scale(bax, lora.scale)?;
-    Ok(g.add(y, branch)?)
-}
-
-/// `w·x (+ bias)` (with `w`'s LoRA branch).
-fn linear(
-    g: &mut Graph,
-    p: &ParamTable<'_>,
-    ad: &mut Adapters,
-    x: TensorId,
-    w: &str,
-    b: &str,
-) -> Result<TensorId> {
-    let y = project(g, p, ad, x, w)?;
-    Ok(match p.get(b) {
-        Some(b) => g.add(y, b)?,
-        None => y,
-    })
-}
-
-/// Builds the forward pass and the loss into `g` over the tensors in `p` (created by the
-/// caller as persistent leaves with GGUF names and dims: F32 parameters, and frozen base
-/// tensors of any type), with the LoRA branches `lora` describes. With `head_backward`, the
-/// head's gradients are built chunk by chunk right after each chunk's loss
-/// ([`TrainForward::head_grads`]).
+/// Builds the forward pass of `arch`'s decoder and the loss into `g` over the tensors in `p`
+/// (created by the caller as persistent leaves with GGUF names and dims: F32 parameters, and
+/// frozen base tensors of any type), with the LoRA branches `lora` describes. With
+/// `head_backward`, the head's gradients are built chunk by chunk right after each chunk's
+/// loss ([`TrainForward::head_grads`]).
 pub fn build_forward(
     g: &mut Graph,
+    arch: &Arch,
     hp: &LlamaHparams,
     p: &ParamTable<'_>,
     shape: BatchShape,
     lora: Option<LoraGraph>,
     head_backward: Option<HeadBackward<'_>>,
 ) -> Result<TrainForward> {
-    let mut ad = Adapters {
-        lora,
-        seed: None,
-        sites: 0,
-    };
     const I32: GgmlType = GgmlType::I32;
-    let (hd, nh, nkv) = (hp.head_dim, hp.n_head, hp.n_head_kv);
     let (s, n) = (shape.seq, shape.n_tokens());
     if n == 0 {
         return Err(TrainError::Invalid("the batch holds no tokens".into()));
@@ -250,71 +161,27 @@ pub fn build_forward(
         Some(f) => Some(g.input("rope_freqs", GgmlType::F32, &[f.len()])?),
         None => None,
     };
-    let tok_embd = p.need("token_embd.weight")?;
-    let mut x = g.get_rows(tok_embd, tokens)?; // [e, n]
-    let scale = 1.0 / (hd as f32).sqrt();
-    for l in 0..hp.n_layer {
-        let name = |s: &str| format!("blk.{l}.{s}");
-        // Attention.
-        let h = norm(g, x, p.need(&name("attn_norm.weight"))?, hp.norm_eps)?;
-        let q = linear(
-            g,
-            p,
-            &mut ad,
-            h,
-            &name("attn_q.weight"),
-            &name("attn_q.bias"),
-        )?; // [nh·hd, n]
-        let k = linear(
-            g,
-            p,
-            &mut ad,
-            h,
-            &name("attn_k.weight"),
-            &name("attn_k.bias"),
-        )?; // [nkv·hd, n]
-        let v = linear(
-            g,
-            p,
-            &mut ad,
-            h,
-            &name("attn_v.weight"),
-            &name("attn_v.bias"),
-        )?;
-        let mut q = g.reshape(q, &[hd, nh, n])?;
-        let mut k = g.reshape(k, &[hd, nkv, n])?;
-        let v = g.reshape(v, &[hd, nkv, n])?;
-        if let Some(w) = p.get(&name("attn_q_norm.weight")) {
-            q = norm(g, q, w, hp.norm_eps)?;
-        }
-        if let Some(w) = p.get(&name("attn_k_norm.weight")) {
-            k = norm(g, k, w, hp.norm_eps)?;
-        }
-        let q = g.rope_ext(q, pos, freqs, hp.rope)?; // [hd, nh, n]
-        let k = g.rope_ext(k, pos, freqs, hp.rope)?; // [hd, nkv, n]
-                                                     // One causal attention per sequence, all in one op: batch dimension 3. Tokens are
-                                                     // sequence after sequence, so [hd, heads, n] is [hd, heads, seq, batch], and swapping
-                                                     // heads and positions gives attention's [hd, seq, heads, batch] (a view).
-        let per_seq = |g: &mut Graph, t: TensorId, heads: usize| -> Result<TensorId> {
-            let t = g.reshape(t, &[hd, heads, s, shape.batch])?;
-            Ok(g.permute(t, [0, 2, 1, 3])?)
-        };
-        let (qb, kb, vb) = (per_seq(g, q, nh)?, per_seq(g, k, nkv)?, per_seq(g, v, nkv)?);
-        let att = g.flash_attn(qb, kb, vb, Some(mask), None, scale, 0.0)?; // [hd, nh, s, batch]
-        let att = g.reshape(att, &[nh * hd, n])?;
-        let o = project(g, p, &mut ad, att, &name("attn_output.weight"))?; // [e, n]
-        x = g.add(x, o)?;
-        // Feed-forward.
-        let h = norm(g, x, p.need(&name("ffn_norm.weight"))?, hp.norm_eps)?;
-        let gate = project(g, p, &mut ad, h, &name("ffn_gate.weight"))?; // [ff, n]
-        let up = project(g, p, &mut ad, h, &name("ffn_up.weight"))?;
-        let act = g.swiglu(gate, up)?;
-        let down = project(g, p, &mut ad, act, &name("ffn_down.weight"))?; // [e, n]
-        x = g.add(x, down)?;
-    }
-    let h = norm(g, x, p.need("output_norm.weight")?, hp.norm_eps)?;
+    let mut lv = TrainLeaves {
+        table: p,
+        lora,
+        seed: None,
+        sites: 0,
+    };
+    let mut at = Attention {
+        n_tokens: n,
+        rope: RopeInputs { pos, freqs },
+        mode: AttnMode::Full {
+            batch: shape.batch,
+            seq: s,
+            mask,
+        },
+    };
+    let dec = arch.decoder;
+    let t = trunk(dec, g, &mut lv, hp, &mut at, tokens)?; // x: [e, n]
+    let h = dec.output_norm(g, &mut lv, hp, t.x)?; // [e, n]
+
     // Tied embeddings: the head is the embedding table, which then gets both gradients.
-    let head = p.get("output.weight").unwrap_or(tok_embd);
+    let head = dec.head(g, &mut lv, hp, t.table)?; // [e, n_vocab]
     let e = g.layout(h).ne[0];
     let head_trainable = head_backward.is_some_and(|b| b.params.contains(&head));
     let (mut loss, mut d_hidden, mut d_head) = (None, None, None);
@@ -370,7 +237,7 @@ pub fn build_forward(
         loss_norm,
         loss,
         head_grads,
-        dropout_seed: ad.seed,
+        dropout_seed: lv.seed,
     })
 }
 

@@ -1,13 +1,13 @@
-//! The trainable parameters of a Llama-family model: which tensors exist (GGUF names, ggml
-//! dims), and their initial f32 values — loaded from a GGUF file (quantized tensors
-//! dequantized) or an HF directory (f32/f16/bf16 safetensors), or drawn at random.
+//! The trainable parameters of a model: which tensors exist (GGUF names and ggml dims, read
+//! off its architecture's decoder by `tinynn_models::arch::declare`), and their initial f32
+//! values — loaded from a GGUF file (quantized tensors dequantized) or an HF directory
+//! (f32/f16/bf16 safetensors), or drawn at random.
 //!
 //! Random init follows transformers' `LlamaPreTrainedModel._init_weights`: every matrix (the
 //! embedding included) ~ normal(0, 0.02), biases 0, RMSNorm weights 1.
 
 use tinynn_core::quant::dequantize_row;
-use tinynn_format::model_config::{Architecture, ModelConfig};
-use tinynn_models::llama::LlamaHparams;
+use tinynn_models::arch::{declare, Arch, LlamaHparams};
 use tinynn_models::weights::WeightSource;
 
 use crate::error::{Result, TrainError};
@@ -20,14 +20,8 @@ pub struct NamedTensor {
     pub data: Vec<f32>,
 }
 
-/// How a parameter starts in a random init.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Init {
-    /// normal(0, 0.02): matrices and the embedding.
-    Normal,
-    Zeros,
-    Ones,
-}
+/// How a parameter starts in a random init (the decoder says, per tensor).
+pub use tinynn_models::common::Init;
 
 /// One trainable tensor.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -37,66 +31,23 @@ pub struct ParamSpec {
     pub init: Init,
 }
 
-/// The optional tensors of the family.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Features {
-    /// Qwen2: q/k/v biases.
-    pub qkv_bias: bool,
-    /// Qwen3: per-head q/k RMSNorm weights.
-    pub qk_norm: bool,
-    /// A separate `output.weight` (false: the head is tied to `token_embd.weight`).
-    pub untied_output: bool,
-}
-
-impl Features {
-    pub fn from_config(c: &ModelConfig) -> Features {
-        Features {
-            qkv_bias: c.architecture == Architecture::Qwen2,
-            qk_norm: c.architecture == Architecture::Qwen3,
-            untied_output: !c.tie_word_embeddings.unwrap_or(false),
-        }
-    }
-
-    pub fn from_source(src: &WeightSource<'_>) -> Result<Features> {
-        Ok(Features {
-            qkv_bias: src.get("blk.0.attn_q.bias")?.is_some(),
-            qk_norm: src.get("blk.0.attn_q_norm.weight")?.is_some(),
-            untied_output: src.get("output.weight")?.is_some(),
+/// Every parameter of a model of architecture `arch` with hyperparameters `hp`, in the order
+/// the forward pass reads them; `has` says which optional tensors (biases, per-head norms, an
+/// untied head) the model has — a source's own tensors, or `Decoder::fresh_has` for a random
+/// init.
+pub fn param_specs(
+    arch: &Arch,
+    hp: &LlamaHparams,
+    has: &dyn Fn(&str) -> tinynn_models::Result<bool>,
+) -> Result<Vec<ParamSpec>> {
+    Ok(declare(arch.decoder, hp, has)?
+        .into_iter()
+        .map(|d| ParamSpec {
+            name: d.name,
+            dims: d.dims,
+            init: d.init,
         })
-    }
-}
-
-/// Every parameter, in the order the forward pass reads them.
-pub fn param_specs(hp: &LlamaHparams, f: Features) -> Vec<ParamSpec> {
-    let (e, hd, v, ff) = (hp.n_embd, hp.head_dim, hp.n_vocab, hp.n_ff);
-    let (q, kv) = (hp.n_head * hd, hp.n_head_kv * hd);
-    let mut out = Vec::new();
-    let mut push = |name: String, dims: Vec<usize>, init| out.push(ParamSpec { name, dims, init });
-    push("token_embd.weight".into(), vec![e, v], Init::Normal);
-    for l in 0..hp.n_layer {
-        let n = |s: &str| format!("blk.{l}.{s}");
-        push(n("attn_norm.weight"), vec![e], Init::Ones);
-        for (name, rows) in [("attn_q", q), ("attn_k", kv), ("attn_v", kv)] {
-            push(n(&format!("{name}.weight")), vec![e, rows], Init::Normal);
-            if f.qkv_bias {
-                push(n(&format!("{name}.bias")), vec![rows], Init::Zeros);
-            }
-        }
-        if f.qk_norm {
-            push(n("attn_q_norm.weight"), vec![hd], Init::Ones);
-            push(n("attn_k_norm.weight"), vec![hd], Init::Ones);
-        }
-        push(n("attn_output.weight"), vec![q, e], Init::Normal);
-        push(n("ffn_norm.weight"), vec![e], Init::Ones);
-        push(n("ffn_gate.weight"), vec![e, ff], Init::Normal);
-        push(n("ffn_up.weight"), vec![e, ff], Init::Normal);
-        push(n("ffn_down.weight"), vec![ff, e], Init::Normal);
-    }
-    push("output_norm.weight".into(), vec![e], Init::Ones);
-    if f.untied_output {
-        push("output.weight".into(), vec![e, v], Init::Normal);
-    }
-    out
+        .collect())
 }
 
 /// The f32 values of tensor `name` of `src` (dequantized), which must have `dims`; `None` when

@@ -15,7 +15,7 @@ use tinynn_core::plan::Plan;
 use tinynn_core::tensor::TensorId;
 use tinynn_cpu::{Executor, Memory};
 use tinynn_format::GgmlType;
-use tinynn_models::llama::LlamaHparams;
+use tinynn_models::arch::{Arch, LlamaHparams};
 
 use crate::error::Result;
 use crate::model::{
@@ -106,6 +106,7 @@ fn write_constants(
 }
 
 pub(crate) fn grad_pass(
+    arch: &Arch,
     hp: &LlamaHparams,
     specs: &[ParamSpec],
     frozen: &[Frozen],
@@ -126,7 +127,7 @@ pub(crate) fn grad_pass(
         seed: 1.0 / accum as f32,
         params: &params,
     };
-    let fwd = build_forward(&mut g, hp, &table, shape, lora, Some(head))?;
+    let fwd = build_forward(&mut g, arch, hp, &table, shape, lora, Some(head))?;
     let hg = fwd
         .head_grads
         .ok_or_else(|| crate::TrainError::Invalid("the head has no gradient".into()))?;
@@ -206,6 +207,7 @@ pub(crate) fn update_pass(specs: &[ParamSpec], opt: &Optimizer) -> Result<Update
 /// The eval pass; the frozen tensors (as in `frozen`, bytes unused) and parameters are lent
 /// by the grad pass. LoRA branches run without dropout.
 pub(crate) fn eval_pass(
+    arch: &Arch,
     hp: &LlamaHparams,
     specs: &[ParamSpec],
     frozen: &[Frozen],
@@ -220,7 +222,7 @@ pub(crate) fn eval_pass(
         ids: &all,
     };
     let lora = lora.map(|l| LoraGraph { dropout: 0.0, ..l });
-    let fwd = build_forward(&mut g, hp, &table, shape, lora, None)?;
+    let fwd = build_forward(&mut g, arch, hp, &table, shape, lora, None)?;
     let plan = tinynn_cpu::compile(g);
     let mut mem = Memory::new_sharing(&plan, &all);
     write_constants(&plan, &mut mem, &fwd, hp, shape)?;

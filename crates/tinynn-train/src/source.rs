@@ -3,16 +3,14 @@
 
 use tinynn_format::gguf::Value;
 use tinynn_format::model_config::ModelConfig;
-use tinynn_models::llama::LlamaHparams;
+use tinynn_models::arch::{self, Arch, LlamaHparams};
 use tinynn_models::weights::WeightSource;
 
 use tinynn_format::GgmlType;
 
 use crate::error::{Result, TrainError};
 use crate::lora::{init_adapter, LoraConfig};
-use crate::params::{
-    load_tensor, param_specs, random_params, Features, Init, NamedTensor, ParamSpec,
-};
+use crate::params::{load_tensor, param_specs, random_params, Init, NamedTensor, ParamSpec};
 
 /// The starting point of training.
 pub enum TrainSource<'a> {
@@ -49,6 +47,8 @@ fn copy_of(b: &[u8]) -> tinynn_cpu::AlignedBuf {
 /// A resolved source.
 pub(crate) struct Loaded<'a> {
     pub config: ModelConfig,
+    /// The registry entry of the config's architecture (one the trainer takes).
+    pub arch: &'static Arch,
     pub hparams: LlamaHparams,
     /// The trainable parameters (the whole model, or the LoRA tensors).
     pub specs: Vec<ParamSpec>,
@@ -146,11 +146,14 @@ fn load_frozen(src: &WeightSource<'_>, specs: &[ParamSpec]) -> Result<Vec<Frozen
 fn resolve_full(source: TrainSource<'_>, frozen: bool) -> Result<Loaded<'_>> {
     match source {
         TrainSource::Random { config, seed } => {
+            let arch = arch::for_training(&config)?;
             let hparams = LlamaHparams::from_config(&config, false)?;
-            let specs = param_specs(&hparams, Features::from_config(&config));
+            let fresh = |name: &str| Ok(arch.decoder.fresh_has(&config, name));
+            let specs = param_specs(arch, &hparams, &fresh)?;
             let values = random_params(&specs, seed);
             Ok(Loaded {
                 config: *config,
+                arch,
                 hparams,
                 specs,
                 values,
@@ -162,8 +165,10 @@ fn resolve_full(source: TrainSource<'_>, frozen: bool) -> Result<Loaded<'_>> {
         }
         TrainSource::Model(src) => {
             let config = src.config()?;
+            let arch = arch::for_training(&config)?;
             let mut hparams = LlamaHparams::from_config(&config, src.is_hf())?;
-            let specs = param_specs(&hparams, Features::from_source(&src)?);
+            let has = |name: &str| Ok(src.get(name)?.is_some());
+            let specs = param_specs(arch, &hparams, &has)?;
             let (deferred, frozen) = if frozen {
                 (None, load_frozen(&src, &specs)?)
             } else {
@@ -195,6 +200,7 @@ fn resolve_full(source: TrainSource<'_>, frozen: bool) -> Result<Loaded<'_>> {
             };
             Ok(Loaded {
                 config,
+                arch,
                 hparams,
                 specs,
                 values: Vec::new(),

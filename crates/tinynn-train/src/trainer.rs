@@ -192,9 +192,10 @@ impl Trainer {
             dropout: l.dropout,
         });
         let fz = &loaded.frozen;
-        let grad = grad_pass(&loaded.hparams, &loaded.specs, fz, lora, shape, cfg.accum)?;
-        let update = update_pass(&loaded.specs, &cfg.optimizer)?;
-        let mut eval = eval_pass(&loaded.hparams, &loaded.specs, fz, lora, shape)?;
+        let (arch, hp, specs) = (loaded.arch, &loaded.hparams, &loaded.specs);
+        let grad = grad_pass(arch, hp, specs, fz, lora, shape, cfg.accum)?;
+        let update = update_pass(specs, &cfg.optimizer)?;
+        let mut eval = eval_pass(arch, hp, specs, fz, lora, shape)?;
         let mut grad = grad;
         // A frozen base (QLoRA) keeps its file type; where the CPU has the packed kernels its
         // products read one interleaved copy, shared by both passes (never in strict mode).

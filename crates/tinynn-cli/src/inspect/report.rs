@@ -10,6 +10,7 @@ use tinynn_format::gguf::{self, Array, GgufFile, Key, Value};
 use tinynn_format::model_config::ModelConfig;
 use tinynn_format::model_dir::HfModelDir;
 use tinynn_format::safetensors::{dtype_name, SafetensorsFile, SafetensorsTensor};
+use tinynn_models::arch;
 
 /// Strings longer than this are shortened in the metadata listing (JSON keeps them whole).
 const LONG_STRING: usize = 72;
@@ -23,6 +24,9 @@ pub struct Report {
     pub format: &'static str,
     pub gguf_version: Option<u32>,
     pub architecture: Option<String>,
+    /// What tinynn does with the architecture (`run`, `train`, `quantize`; its registry line
+    /// in `tinynn_models::arch`); empty when it does not know it.
+    pub support: Vec<&'static str>,
     pub name: Option<String>,
     pub file_type: Option<String>,
     pub file_bytes: u64,
@@ -89,6 +93,7 @@ impl Report {
             format,
             gguf_version: None,
             architecture: None,
+            support: Vec::new(),
             name: None,
             file_type: None,
             file_bytes: 0,
@@ -112,6 +117,11 @@ impl Report {
         r.gguf_version = Some(g.version());
         r.file_bytes = file.bytes().len() as u64;
         r.architecture = g.architecture().map(str::to_string);
+        r.support = r
+            .architecture
+            .as_deref()
+            .and_then(arch::by_name)
+            .map_or_else(Vec::new, arch::Arch::capabilities);
         r.name = g
             .get_str(Key::GeneralName)
             .ok()
@@ -174,6 +184,11 @@ impl Report {
         }
         r.tensors.sort_by(|a, b| a.name.cmp(&b.name));
         r.architecture = dir.config.model_type.clone();
+        r.support = r
+            .architecture
+            .as_deref()
+            .and_then(arch::by_hf_model_type)
+            .map_or_else(Vec::new, arch::Arch::capabilities);
         r.name = dir
             .config
             .architectures

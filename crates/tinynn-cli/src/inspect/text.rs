@@ -45,6 +45,17 @@ fn write_report(s: &mut String, r: &Report) -> std::fmt::Result {
     writeln!(s, "file:          {} ({})", r.path, mib(r.file_bytes))?;
     writeln!(s, "format:        {format}")?;
     writeln!(s, "architecture:  {}", opt(&r.architecture))?;
+    if r.architecture.is_some() {
+        let support = if r.support.is_empty() {
+            format!(
+                "none (tinynn runs {})",
+                tinynn_models::arch::names(|_| true)
+            )
+        } else {
+            r.support.join(", ")
+        };
+        writeln!(s, "support:       {support}")?;
+    }
     writeln!(s, "name:          {}", opt(&r.name))?;
     writeln!(s, "file type:     {}", opt(&r.file_type))?;
     writeln!(s, "parameters:    {} ({})", params(r.n_params), r.n_params)?;

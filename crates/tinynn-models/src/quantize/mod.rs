@@ -1,7 +1,8 @@
 //! Model quantization (`tnn quantize`): a GGUF file in, a GGUF file of another type out.
 //!
 //! - [`target`]: the whole-file targets (F16, Q8_0, Q4_K_M, ...) and their `general.file_type`.
-//! - [`policy`]: which type each tensor gets (llama.cpp's rules for the Llama family).
+//! - [`policy`]: which type each tensor gets (llama.cpp's rules; where they differ by
+//!   architecture, its registry line's `quantize` in `crate::arch::REGISTRY`).
 //! - [`convert`]: one tensor's rows, dequantized and quantized with the reference kernels, in
 //!   parallel.
 //! - [`file`](mod@file): the whole file: plan, requantization check, conversion, atomic write.
@@ -25,7 +26,7 @@ pub enum QuantizeError {
     Gguf(#[from] tinynn_format::GgufError),
     #[error(
         "architecture '{0}': tnn quantize knows the tensor rules of {known} only",
-        known = file::ARCHITECTURES.join(", ")
+        known = crate::arch::names(|a| a.quantize.is_some())
     )]
     Architecture(String),
     #[error("{0}")]

@@ -1,7 +1,7 @@
-//! Which type each tensor of a Llama-family model gets for a [`Target`]: our reading of the rules
-//! llama.cpp's quantizer applies (`llama_tensor_get_type`), restricted to the dense Llama-family
-//! architectures tinynn runs (llama, mistral, qwen2, qwen3; no MoE, no Falcon rules, no
-//! importance matrix).
+//! Which type each tensor of a model gets for a [`Target`]: our reading of the rules
+//! llama.cpp's quantizer applies (`llama_tensor_get_type`), restricted to the dense
+//! architectures tinynn runs (those with [`QuantRules`] in `crate::arch::REGISTRY`; no MoE, no
+//! Falcon rules, no importance matrix).
 //!
 //! - Only 2-D (or higher) tensors whose names end in `weight` are converted, never norms; the
 //!   others keep their type.
@@ -40,14 +40,32 @@ pub struct ModelShape {
     pub n_head_kv: u64,
 }
 
+/// How llama.cpp recognizes a 70B-class model of an architecture (`LLM_TYPE_70B`), whose
+/// Q4_K attn_v tensors get Q5_K.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Class70b {
+    Never,
+    /// 80 layers (qwen2).
+    Layers80,
+    /// 80 layers with grouped KV heads (llama).
+    Layers80Gqa,
+}
+
+/// An architecture's quantization rules beyond the common ones (its registry line's
+/// `quantize`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QuantRules {
+    pub class_70b: Class70b,
+}
+
 impl ModelShape {
-    /// llama.cpp's `LLM_TYPE_70B` as its quantizer infers it: 80 layers with grouped KV heads
-    /// (llama), or 80 layers (qwen2).
+    /// llama.cpp's `LLM_TYPE_70B` as its quantizer infers it, by the architecture's rules.
     fn is_70b(&self) -> bool {
-        match self.arch.as_str() {
-            "llama" => self.n_layer == 80 && self.n_head != self.n_head_kv,
-            "qwen2" => self.n_layer == 80,
-            _ => false,
+        let rules = crate::arch::by_name(&self.arch).and_then(|a| a.quantize);
+        match rules.map(|r| r.class_70b) {
+            Some(Class70b::Layers80Gqa) => self.n_layer == 80 && self.n_head != self.n_head_kv,
+            Some(Class70b::Layers80) => self.n_layer == 80,
+            Some(Class70b::Never) | None => false,
         }
     }
 }

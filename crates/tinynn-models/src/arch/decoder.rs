@@ -1,0 +1,158 @@
+//! What an architecture's file provides ([`Decoder`]), the part of the forward pass inference
+//! and training share ([`trunk`]: embeddings and every block), and the list of a model's
+//! tensors read off that same code ([`declare`]).
+
+use tinynn_core::graph::Graph;
+use tinynn_core::tensor::TensorId;
+use tinynn_format::model_config::ModelConfig;
+use tinynn_format::GgmlType;
+
+use super::hparams::LlamaHparams;
+use crate::common::{Attention, AttnMode, Init, Leaves, LoraBranch, RopeInputs};
+use crate::Result;
+
+/// The embedding stage's outputs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Embedded {
+    /// F32 `[n_embd, n]`: the hidden states (after the blocks, in [`trunk`]'s result).
+    pub x: TensorId,
+    /// `[n_embd, n_vocab]`: the embedding table, which a tied head reads.
+    pub table: TensorId,
+}
+
+/// An architecture's forward pass, stated once on `crate::common`'s pieces: every tensor comes
+/// from a [`Leaves`], attention from an [`Attention`] (KV cache or full sequences), so the same
+/// code builds the inference and the training graph.
+pub trait Decoder: Sync {
+    /// The embeddings of `tokens` (I32 `[n]`).
+    fn embed(
+        &self,
+        g: &mut Graph,
+        lv: &mut dyn Leaves,
+        hp: &LlamaHparams,
+        tokens: TensorId,
+    ) -> Result<Embedded>;
+
+    /// Block `layer` of x `[n_embd, n]`: `[n_embd, n]`.
+    fn block(
+        &self,
+        g: &mut Graph,
+        lv: &mut dyn Leaves,
+        hp: &LlamaHparams,
+        at: &mut Attention<'_>,
+        layer: usize,
+        x: TensorId,
+    ) -> Result<TensorId>;
+
+    /// The final norm of x `[n_embd, m]`: `[n_embd, m]`.
+    fn output_norm(
+        &self,
+        g: &mut Graph,
+        lv: &mut dyn Leaves,
+        hp: &LlamaHparams,
+        x: TensorId,
+    ) -> Result<TensorId>;
+
+    /// The output head `[n_embd, n_vocab]` (`table` when the embeddings are tied).
+    fn head(
+        &self,
+        g: &mut Graph,
+        lv: &mut dyn Leaves,
+        hp: &LlamaHparams,
+        table: TensorId,
+    ) -> Result<TensorId>;
+
+    /// Whether a fresh (randomly initialized) model of config `c` has the optional tensor
+    /// `name` (biases, per-head norms, an untied head).
+    fn fresh_has(&self, c: &ModelConfig, name: &str) -> bool;
+}
+
+/// Embeddings and every block of `dec`: the hidden states `[n_embd, n]` before the final
+/// norm, and the embedding table.
+pub fn trunk(
+    dec: &dyn Decoder,
+    g: &mut Graph,
+    lv: &mut dyn Leaves,
+    hp: &LlamaHparams,
+    at: &mut Attention<'_>,
+    tokens: TensorId,
+) -> Result<Embedded> {
+    let Embedded { mut x, table } = dec.embed(g, lv, hp, tokens)?; // x: [e, n]
+    for layer in 0..hp.n_layer {
+        x = dec.block(g, lv, hp, at, layer, x)?; // [e, n]
+    }
+    Ok(Embedded { x, table })
+}
+
+/// One tensor of a model.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TensorDecl {
+    /// GGUF name.
+    pub name: String,
+    /// ggml dims.
+    pub dims: Vec<usize>,
+    pub init: Init,
+}
+
+/// Records what a graph asks for.
+struct Declare<'a> {
+    has: &'a dyn Fn(&str) -> Result<bool>,
+    out: Vec<TensorDecl>,
+}
+
+impl Leaves for Declare<'_> {
+    fn tensor(
+        &mut self,
+        g: &mut Graph,
+        name: &str,
+        dims: &[usize],
+        init: Init,
+    ) -> Result<TensorId> {
+        let t = g.persistent(name, GgmlType::F32, dims)?;
+        self.out.push(TensorDecl {
+            name: name.to_string(),
+            dims: dims.to_vec(),
+            init,
+        });
+        Ok(t)
+    }
+
+    fn has(&self, name: &str) -> Result<bool> {
+        (self.has)(name)
+    }
+
+    fn lora(&mut self, _: &mut Graph, _: &str) -> Result<Option<LoraBranch>> {
+        Ok(None)
+    }
+}
+
+/// Every tensor `dec` reads for a model of `hp` (embeddings, blocks, final norm, head), in
+/// the order it reads them; `has` says which optional ones the model has. The forward pass is
+/// built once on a one-token scratch graph to find out, so the list cannot disagree with it.
+pub fn declare(
+    dec: &dyn Decoder,
+    hp: &LlamaHparams,
+    has: &dyn Fn(&str) -> Result<bool>,
+) -> Result<Vec<TensorDecl>> {
+    let mut g = Graph::new();
+    let mut lv = Declare {
+        has,
+        out: Vec::new(),
+    };
+    let tokens = g.input("tokens", GgmlType::I32, &[1])?;
+    let pos = g.input("pos", GgmlType::I32, &[1])?;
+    let mask = g.input("mask", GgmlType::F32, &[1, 1])?;
+    let mut at = Attention {
+        n_tokens: 1,
+        rope: RopeInputs { pos, freqs: None },
+        mode: AttnMode::Full {
+            batch: 1,
+            seq: 1,
+            mask,
+        },
+    };
+    let t = trunk(dec, &mut g, &mut lv, hp, &mut at, tokens)?;
+    dec.output_norm(&mut g, &mut lv, hp, t.x)?;
+    dec.head(&mut g, &mut lv, hp, t.table)?;
+    Ok(lv.out)
+}

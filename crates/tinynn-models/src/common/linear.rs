@@ -1,0 +1,63 @@
+//! A projection: `y = W·x (+ b)` for a weight `W` of any type (F32 parameter, file weight,
+//! frozen quantized base), plus an optional LoRA branch `scale·B·(A·dropout(x))` — at
+//! inference an adapter's A/B bound from its file with the adapter's scale, in training
+//! trainable A/B with dropout on the branch's input.
+
+use tinynn_core::graph::Graph;
+use tinynn_core::tensor::TensorId;
+
+use crate::Result;
+
+/// Dropout on a LoRA branch's input (`Graph::dropout`): each element's mask is a hash of the
+/// run's seed, the site and the element's index, so the backward recomputes it.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Dropout {
+    /// I32 `[2]`: the seed, written before every run.
+    pub seed: TensorId,
+    /// Probability of zeroing an element.
+    pub p: f32,
+    /// This branch's salt (1, 2, ... in the order the projections are made).
+    pub site: u32,
+}
+
+/// A low-rank branch on a projection.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct LoraBranch {
+    /// `[n_in, r]`.
+    pub a: TensorId,
+    /// `[r, n_out]`.
+    pub b: TensorId,
+    /// The branch's factor (`alpha/r`, times a user scale at inference).
+    pub scale: f32,
+    pub dropout: Option<Dropout>,
+}
+
+/// `W` (`[n_in, n_out]`), its bias and LoRA branch when it has them.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Linear {
+    pub w: TensorId,
+    /// `[n_out]`.
+    pub bias: Option<TensorId>,
+    pub lora: Option<LoraBranch>,
+}
+
+impl Linear {
+    /// `W·x + scale·B·(A·dropout(x)) + b` of x `[n_in, n]`: `[n_out, n]`.
+    pub fn forward(&self, g: &mut Graph, x: TensorId) -> Result<TensorId> {
+        let mut y = g.mul_mat(self.w, x)?; // [n_out, n]
+        if let Some(l) = &self.lora {
+            let xin = match l.dropout {
+                Some(d) => g.dropout(x, d.seed, d.p, d.site)?, // [n_in, n]
+                None => x,
+            };
+            let ax = g.mul_mat(l.a, xin)?; // [r, n]
+            let bax = g.mul_mat(l.b, ax)?; // [n_out, n]
+            let branch = g.scale(bax, l.scale)?;
+            y = g.add(y, branch)?;
+        }
+        Ok(match self.bias {
+            Some(b) => g.add(y, b)?,
+            None => y,
+        })
+    }
+}
