@@ -21,6 +21,7 @@ pub mod common;
 pub mod embed;
 pub mod forward;
 pub mod generate;
+pub mod inspect;
 pub mod kv_cells;
 pub mod llama;
 pub mod lora;

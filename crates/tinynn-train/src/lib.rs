@@ -34,6 +34,7 @@ mod passes;
 pub mod plot;
 pub mod rng;
 pub mod schedule;
+pub mod scratch;
 pub mod source;
 pub mod train_loop;
 pub mod trainer;

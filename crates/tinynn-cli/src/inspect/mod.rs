@@ -1,6 +1,5 @@
 //! `tnn inspect`: what a model file or directory holds, for people (table) or machines (`--json`).
 
-mod report;
 mod text;
 
 use std::path::PathBuf;
@@ -8,7 +7,7 @@ use std::path::PathBuf;
 use anyhow::Result;
 use clap::Args;
 
-pub use report::Report;
+pub use tinynn_models::inspect::Report;
 
 #[derive(Args)]
 pub struct InspectArgs {

@@ -1,16 +1,20 @@
-//! The facts `tnn inspect` reports, gathered from any supported input.
+//! What a model file or directory holds (`tnn inspect`, and any front end's model info):
+//! format, architecture and whether tinynn can run, train and quantize it, parameters, file
+//! type, config, metadata (long values summarized) and the tensor table, from a GGUF file, a
+//! safetensors file or a Hugging Face directory.
 
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use anyhow::{Context, Result};
 use serde::Serialize;
+
+use crate::arch;
+use crate::{ModelError, Result};
 use serde_json::{json, Value as Json};
 use tinynn_format::gguf::{self, Array, GgufFile, Key, Value};
 use tinynn_format::model_config::ModelConfig;
 use tinynn_format::model_dir::HfModelDir;
 use tinynn_format::safetensors::{dtype_name, SafetensorsFile, SafetensorsTensor};
-use tinynn_models::arch;
 
 /// Strings longer than this are shortened in the metadata listing (JSON keeps them whole).
 const LONG_STRING: usize = 72;
@@ -139,7 +143,7 @@ impl Report {
         }
         if let Some(s) = g
             .split()
-            .with_context(|| format!("{}: split metadata", path.display()))?
+            .map_err(|e| ModelError::Invalid(format!("{}: split metadata: {e}", path.display())))?
         {
             r.split =
                 Some(json!({"index": s.index, "count": s.count, "total_tensors": s.total_tensors}));
@@ -167,7 +171,7 @@ impl Report {
     fn from_safetensors(path: &Path) -> Result<Report> {
         let file = SafetensorsFile::open(path)?;
         let mut r = Report::empty(path, "safetensors");
-        r.file_bytes = std::fs::metadata(path)?.len();
+        r.file_bytes = file_len(path)?;
         r.metadata = sorted_string_meta(&file.header().metadata);
         r.tensors = file.tensors().iter().map(safetensors_row).collect();
         r.finish();
@@ -178,7 +182,7 @@ impl Report {
         let dir = HfModelDir::open(path)?;
         let mut r = Report::empty(path, "hf-dir");
         for shard in &dir.shards {
-            r.file_bytes += std::fs::metadata(shard.path())?.len();
+            r.file_bytes += file_len(shard.path())?;
             r.tensors
                 .extend(shard.tensors().iter().map(safetensors_row));
         }
@@ -200,7 +204,8 @@ impl Report {
             Ok(c) => r.config = Some(c),
             Err(e) => r.config_error = Some(e.to_string()),
         }
-        let config_json = serde_json::to_value(&dir.config)?;
+        let config_json = serde_json::to_value(&dir.config)
+            .map_err(|e| ModelError::Invalid(format!("{}: config: {e}", path.display())))?;
         if let Json::Object(map) = config_json {
             r.metadata = map
                 .into_iter()
@@ -259,6 +264,13 @@ fn sorted_string_meta(meta: &std::collections::HashMap<String, String>) -> Vec<M
             value: Json::String(meta[k].clone()),
         })
         .collect()
+}
+
+/// The size of the file at `path`.
+fn file_len(path: &Path) -> Result<u64> {
+    std::fs::metadata(path)
+        .map(|m| m.len())
+        .map_err(|e| ModelError::Invalid(format!("{}: {e}", path.display())))
 }
 
 fn json_type(v: &Json) -> &'static str {
