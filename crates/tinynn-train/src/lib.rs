@@ -33,6 +33,7 @@ pub mod plot;
 pub mod rng;
 pub mod schedule;
 pub mod source;
+mod tensor_io;
 pub mod train_loop;
 pub mod trainer;
 
