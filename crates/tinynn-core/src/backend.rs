@@ -72,8 +72,9 @@ pub trait Backend: Send {
     /// Bytes a packed copy takes.
     fn packed_bytes(packed: &Self::Packed) -> usize;
 
-    /// Lets the products that read weight `t` use `packed` (made by [`Backend::pack`] from its
-    /// bytes) instead.
+    /// Lets the products that read `t` use `packed` (made by [`Backend::pack`] from its bytes)
+    /// instead. `t` is a weight, or a persistent tensor no step of the plan writes (a frozen
+    /// base in training); if its bytes change, the packed copy must be bound anew.
     fn bind_packed(
         &self,
         mem: &mut Self::Memory,
@@ -104,6 +105,70 @@ pub trait Backend: Send {
         other_plan: &Plan,
         other_t: TensorId,
     ) -> Result<(), Self::Error>;
+
+    /// Bytes of persistent tensor `t` that `mem` holds: its size, or 0 when the tensor is lent
+    /// to another memory ([`Backend::swap`]), has been released for its packed copy
+    /// ([`Backend::release_source`]) or is not a persistent tensor of `plan`. For memory
+    /// accounting.
+    fn persistent_len(&self, mem: &Self::Memory, plan: &Plan, t: TensorId) -> usize;
+
+    /// The bytes of persistent tensor `t` as they are after the last run (parameters and
+    /// optimizer state for checkpoints, exports and views), aligned for its element type;
+    /// empty when `mem` holds none ([`Backend::persistent_len`]). The CPU lends its own bytes
+    /// without copying; a backend whose memory is elsewhere may hand out a host copy it keeps
+    /// (made on demand, e.g. in `mem`).
+    fn persistent<'a>(
+        &'a self,
+        mem: &'a Self::Memory,
+        plan: &Plan,
+        t: TensorId,
+    ) -> Result<&'a [u8], Self::Error>;
+
+    /// Calls `fill` once with all the bytes of persistent tensor `t` (aligned for its element
+    /// type) to write them in place: loading parameters straight from a file, with no staging
+    /// copy on the CPU. A backend whose memory is elsewhere may pass a host buffer (holding
+    /// the tensor's current bytes) and upload it afterwards.
+    fn fill_persistent(
+        &self,
+        mem: &mut Self::Memory,
+        plan: &Plan,
+        t: TensorId,
+        fill: &mut dyn FnMut(&mut [u8]),
+    ) -> Result<(), Self::Error>;
+
+    /// Sets persistent tensor `t` to zeros, allocating nothing (gradient buffers between
+    /// optimizer steps).
+    fn zero(&self, mem: &mut Self::Memory, plan: &Plan, t: TensorId) -> Result<(), Self::Error>;
+
+    /// Whether [`Backend::release_source`] would free `t`'s bytes: `t` is a persistent tensor
+    /// with a packed copy ([`Backend::bind_packed`]) and every step of `plan` that reads it can
+    /// read the packed copy instead.
+    fn can_release_source(&self, mem: &Self::Memory, plan: &Plan, t: TensorId) -> bool;
+
+    /// Frees the bytes of persistent tensor `t` when its packed copy serves every reader in
+    /// `plan` ([`Backend::can_release_source`]), so a frozen base is held once; returns whether
+    /// it did. The tensor must not be written afterwards; its bytes can still be read back
+    /// ([`Backend::unpacked_persistent`]). Release it in every memory that shares it.
+    fn release_source(
+        &self,
+        mem: &mut Self::Memory,
+        plan: &Plan,
+        t: TensorId,
+    ) -> Result<bool, Self::Error>;
+
+    /// Appends the bytes of persistent tensor `t` in its own type to `out`: its bytes, or when
+    /// only its packed copy is held ([`Backend::release_source`]), the bytes that copy was
+    /// made from (exports and merges of a frozen base).
+    fn unpacked_persistent(
+        &self,
+        mem: &Self::Memory,
+        plan: &Plan,
+        t: TensorId,
+        out: &mut Vec<u8>,
+    ) -> Result<(), Self::Error>;
+
+    /// Bytes of the packed copies bound to persistent tensors of `mem` (memory accounting).
+    fn packed_persistent_bytes(&self, mem: &Self::Memory) -> usize;
 
     /// Runs every step of `plan`.
     fn run(&mut self, plan: &Plan, mem: &mut Self::Memory) -> Result<(), Self::Error>;

@@ -1,6 +1,8 @@
 //! The CPU executor as a [`Backend`]: plans with the CPU kernels' scratch, memories that own
 //! their weights' stores, weights repacked into the 16-row interleaved layout, runs on the
-//! process-wide thread pool.
+//! process-wide thread pool. Persistent tensors are host bytes: views borrow them, fills write
+//! them in place, and a frozen tensor read only by products and row lookups can keep just its
+//! packed copy (`Memory::drop_packed_source`).
 
 use std::sync::Arc;
 
@@ -91,6 +93,78 @@ impl Backend for Executor {
         other_t: TensorId,
     ) -> Result<(), ExecError> {
         Ok(mem.swap_persistent(plan, t, other, other_plan, other_t)?)
+    }
+
+    fn persistent_len(&self, mem: &Memory<'static>, plan: &Plan, t: TensorId) -> usize {
+        mem.persistent(plan, t).map_or(0, <[u8]>::len)
+    }
+
+    fn persistent<'a>(
+        &'a self,
+        mem: &'a Memory<'static>,
+        plan: &Plan,
+        t: TensorId,
+    ) -> Result<&'a [u8], ExecError> {
+        Ok(mem.persistent(plan, t)?)
+    }
+
+    fn fill_persistent(
+        &self,
+        mem: &mut Memory<'static>,
+        plan: &Plan,
+        t: TensorId,
+        fill: &mut dyn FnMut(&mut [u8]),
+    ) -> Result<(), ExecError> {
+        fill(mem.persistent_mut(plan, t)?);
+        Ok(())
+    }
+
+    fn zero(&self, mem: &mut Memory<'static>, plan: &Plan, t: TensorId) -> Result<(), ExecError> {
+        Ok(mem.zero_persistent(plan, t)?)
+    }
+
+    fn can_release_source(&self, mem: &Memory<'static>, plan: &Plan, t: TensorId) -> bool {
+        mem.can_drop_packed_source(plan, t)
+    }
+
+    fn release_source(
+        &self,
+        mem: &mut Memory<'static>,
+        plan: &Plan,
+        t: TensorId,
+    ) -> Result<bool, ExecError> {
+        Ok(mem.drop_packed_source(plan, t)?)
+    }
+
+    fn unpacked_persistent(
+        &self,
+        mem: &Memory<'static>,
+        plan: &Plan,
+        t: TensorId,
+        out: &mut Vec<u8>,
+    ) -> Result<(), ExecError> {
+        let bytes = mem.persistent(plan, t)?;
+        let need = plan.graph().layout(t).contiguous_bytes();
+        if bytes.len() == need {
+            out.extend_from_slice(bytes);
+            return Ok(());
+        }
+        // Only the packed copy is held (`Memory::drop_packed_source`): its rows unpack to the
+        // exact bytes it was made from.
+        let Some(p) = mem.packed_persistent(plan, t) else {
+            return Err(MemoryError::NotPresent(plan.graph().node(t).name.clone()).into());
+        };
+        let rb = p.row_bytes();
+        let start = out.len();
+        out.resize(start + rb * p.shape()[1], 0);
+        for (n, row) in out[start..].chunks_exact_mut(rb).enumerate() {
+            p.unpack_row(n, row);
+        }
+        Ok(())
+    }
+
+    fn packed_persistent_bytes(&self, mem: &Memory<'static>) -> usize {
+        mem.packed_persistent_bytes()
     }
 
     fn run(&mut self, plan: &Plan, mem: &mut Memory<'static>) -> Result<(), ExecError> {

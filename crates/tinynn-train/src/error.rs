@@ -11,10 +11,9 @@ pub enum TrainError {
     Model(#[from] tinynn_models::ModelError),
     #[error("building the training graph: {0}")]
     Graph(#[from] GraphError),
+    /// The backend's error (whatever backend runs the trainer: memory, runs, reads).
     #[error(transparent)]
-    Memory(#[from] tinynn_cpu::MemoryError),
-    #[error(transparent)]
-    Exec(#[from] tinynn_cpu::ExecError),
+    Backend(Box<dyn std::error::Error + Send + Sync>),
     #[error(transparent)]
     Format(#[from] tinynn_format::Error),
     #[error("dequantizing '{name}': {message}")]
@@ -89,3 +88,8 @@ fn last_checkpoint_text(step: Option<u64>) -> String {
 }
 
 pub type Result<T> = std::result::Result<T, TrainError>;
+
+/// A backend's error as a [`TrainError`].
+pub(crate) fn backend_err<E: std::error::Error + Send + Sync + 'static>(e: E) -> TrainError {
+    TrainError::Backend(Box::new(e))
+}

@@ -6,6 +6,7 @@
 
 use std::path::Path;
 
+use tinynn_core::backend::Backend;
 use tinynn_core::quant::{dequantize_row, quantize_row};
 use tinynn_format::gguf::{GgufWriter, Value};
 use tinynn_format::GgmlType;
@@ -42,7 +43,7 @@ fn file_type(ty: GgmlType) -> u32 {
     }
 }
 
-impl Trainer {
+impl<B: Backend> Trainer<B> {
     /// Writes the current weights to `path` (atomically) as `ty` (F32 or F16) tensors, with the
     /// metadata of the GGUF file the trainer was loaded from.
     pub fn export_gguf(&self, path: &Path, ty: GgmlType) -> Result<u64> {
@@ -79,7 +80,7 @@ impl Trainer {
     }
 }
 
-impl Trainer {
+impl<B: Backend> Trainer<B> {
     /// The base tensors with the adapter merged into the adapted ones (as `ty`); the others as
     /// they are.
     fn merged(&self, ty: GgmlType) -> Result<Vec<Encoded>> {

@@ -36,6 +36,7 @@ pub mod rng;
 pub mod schedule;
 pub mod scratch;
 pub mod source;
+mod tensor_io;
 pub mod train_loop;
 pub mod trainer;
 

@@ -1,4 +1,4 @@
-//! The three compiled plans a trainer runs on one executor:
+//! The three compiled plans a trainer runs on one backend:
 //!
 //! - **grad**: forward + loss + backward; each parameter's gradient (scaled by 1/accum) is added
 //!   into its persistent `grad.<name>` buffer, and the squared global norm of the buffers is an
@@ -8,16 +8,16 @@
 //! - **eval**: forward + loss only.
 //!
 //! Parameters and gradient buffers live in the grad pass's memory and are lent (moved, never
-//! copied) to the other passes' memories for their runs (`Memory::swap_persistent`).
+//! copied) to the other passes' memories for their runs (`Backend::swap`).
 
+use tinynn_core::backend::Backend;
 use tinynn_core::graph::Graph;
 use tinynn_core::plan::Plan;
 use tinynn_core::tensor::TensorId;
-use tinynn_cpu::{Executor, Memory};
 use tinynn_format::GgmlType;
 use tinynn_models::arch::{Arch, LlamaHparams};
 
-use crate::error::Result;
+use crate::error::{backend_err, Result};
 use crate::model::{
     build_forward, causal_mask, positions, scored, BatchShape, HeadBackward, LoraGraph, ParamTable,
     TrainForward,
@@ -25,12 +25,13 @@ use crate::model::{
 use crate::optim::Optimizer;
 use crate::params::ParamSpec;
 use crate::source::Frozen;
+use crate::tensor_io::{write_f32, write_i32};
 
 const F32: GgmlType = GgmlType::F32;
 
-pub(crate) struct GradPass {
+pub(crate) struct GradPass<B: Backend> {
     pub plan: Plan,
-    pub mem: Memory<'static>,
+    pub mem: B::Memory,
     pub fwd: TrainForward,
     pub params: Vec<TensorId>,
     /// The frozen base tensors (LoRA), owned here and lent to the eval pass.
@@ -43,9 +44,9 @@ pub(crate) struct GradPass {
     pub grad_sq: TensorId,
 }
 
-pub(crate) struct UpdatePass {
+pub(crate) struct UpdatePass<B: Backend> {
     pub plan: Plan,
-    pub mem: Memory<'static>,
+    pub mem: B::Memory,
     pub params: Vec<TensorId>,
     pub buffers: Vec<TensorId>,
     /// Per parameter, its optimizer state tensors (`Optimizer::state_prefixes` order).
@@ -54,9 +55,9 @@ pub(crate) struct UpdatePass {
     pub hp: TensorId,
 }
 
-pub(crate) struct EvalPass {
+pub(crate) struct EvalPass<B: Backend> {
     pub plan: Plan,
-    pub mem: Memory<'static>,
+    pub mem: B::Memory,
     pub fwd: TrainForward,
     pub params: Vec<TensorId>,
     pub frozen: Vec<TensorId>,
@@ -90,22 +91,24 @@ fn param_leaves(g: &mut Graph, specs: &[ParamSpec]) -> Result<Vec<TensorId>> {
 }
 
 /// Writes the constant inputs of a forward pass (positions, mask, RoPE divisors).
-fn write_constants(
-    plan: &Plan,
-    mem: &mut Memory<'_>,
+fn write_constants<B: Backend>(
+    backend: &B,
+    (mem, plan): (&mut B::Memory, &Plan),
     fwd: &TrainForward,
     hp: &LlamaHparams,
     shape: BatchShape,
 ) -> Result<()> {
-    mem.write_i32(plan, fwd.pos, &positions(shape))?;
-    mem.write_f32(plan, fwd.mask, &causal_mask(shape.seq))?;
+    write_i32(backend, (mem, plan), fwd.pos, &positions(shape))?;
+    write_f32(backend, (mem, plan), fwd.mask, &causal_mask(shape.seq))?;
     if let (Some(t), Some(f)) = (fwd.freqs, &hp.freq_factors) {
-        mem.write_f32(plan, t, f)?;
+        write_f32(backend, (mem, plan), t, f)?;
     }
     Ok(())
 }
 
-pub(crate) fn grad_pass(
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn grad_pass<B: Backend>(
+    backend: &B,
     arch: &Arch,
     hp: &LlamaHparams,
     specs: &[ParamSpec],
@@ -113,7 +116,7 @@ pub(crate) fn grad_pass(
     lora: Option<LoraGraph>,
     shape: BatchShape,
     accum: usize,
-) -> Result<GradPass> {
+) -> Result<GradPass<B>> {
     let mut g = Graph::new();
     let (frozen_ids, params, names) = leaves(&mut g, specs, frozen)?;
     let all: Vec<TensorId> = frozen_ids.iter().chain(&params).copied().collect();
@@ -162,9 +165,9 @@ pub(crate) fn grad_pass(
     };
     g.set_name(grad_sq, "grad_sq")?;
     g.set_output(grad_sq)?;
-    let plan = tinynn_cpu::compile(g);
-    let mut mem = Memory::new(&plan);
-    write_constants(&plan, &mut mem, &fwd, hp, shape)?;
+    let plan = backend.compile(g);
+    let mut mem = backend.new_memory(&plan, &[]);
+    write_constants(backend, (&mut mem, &plan), &fwd, hp, shape)?;
     // The frozen bytes are the caller's to write: a packed copy may replace them.
     Ok(GradPass {
         plan,
@@ -178,7 +181,11 @@ pub(crate) fn grad_pass(
     })
 }
 
-pub(crate) fn update_pass(specs: &[ParamSpec], opt: &Optimizer) -> Result<UpdatePass> {
+pub(crate) fn update_pass<B: Backend>(
+    backend: &B,
+    specs: &[ParamSpec],
+    opt: &Optimizer,
+) -> Result<UpdatePass<B>> {
     let mut g = Graph::new();
     let params = param_leaves(&mut g, specs)?;
     // The last hyperparameter is the clipping factor: the optimizer steps scale the gradient
@@ -191,9 +198,9 @@ pub(crate) fn update_pass(specs: &[ParamSpec], opt: &Optimizer) -> Result<Update
         state.push(opt.build(&mut g, &s.name, p, buf, hp)?);
         buffers.push(buf);
     }
-    let plan = tinynn_cpu::compile(g);
+    let plan = backend.compile(g);
     let shared: Vec<TensorId> = params.iter().chain(&buffers).copied().collect();
-    let mem = Memory::new_sharing(&plan, &shared);
+    let mem = backend.new_memory(&plan, &shared);
     Ok(UpdatePass {
         plan,
         mem,
@@ -206,14 +213,15 @@ pub(crate) fn update_pass(specs: &[ParamSpec], opt: &Optimizer) -> Result<Update
 
 /// The eval pass; the frozen tensors (as in `frozen`, bytes unused) and parameters are lent
 /// by the grad pass. LoRA branches run without dropout.
-pub(crate) fn eval_pass(
+pub(crate) fn eval_pass<B: Backend>(
+    backend: &B,
     arch: &Arch,
     hp: &LlamaHparams,
     specs: &[ParamSpec],
     frozen: &[Frozen],
     lora: Option<LoraGraph>,
     shape: BatchShape,
-) -> Result<EvalPass> {
+) -> Result<EvalPass<B>> {
     let mut g = Graph::new();
     let (frozen_ids, params, names) = leaves(&mut g, specs, frozen)?;
     let all: Vec<TensorId> = frozen_ids.iter().chain(&params).copied().collect();
@@ -223,9 +231,9 @@ pub(crate) fn eval_pass(
     };
     let lora = lora.map(|l| LoraGraph { dropout: 0.0, ..l });
     let fwd = build_forward(&mut g, arch, hp, &table, shape, lora, None)?;
-    let plan = tinynn_cpu::compile(g);
-    let mut mem = Memory::new_sharing(&plan, &all);
-    write_constants(&plan, &mut mem, &fwd, hp, shape)?;
+    let plan = backend.compile(g);
+    let mut mem = backend.new_memory(&plan, &all);
+    write_constants(backend, (&mut mem, &plan), &fwd, hp, shape)?;
     Ok(EvalPass {
         plan,
         mem,
@@ -236,36 +244,38 @@ pub(crate) fn eval_pass(
 }
 
 /// Writes a batch's labels and their scored count (`TrainForward::loss_norm`).
-pub(crate) fn write_labels(
-    plan: &Plan,
-    mem: &mut Memory<'_>,
+pub(crate) fn write_labels<B: Backend>(
+    backend: &B,
+    (mem, plan): (&mut B::Memory, &Plan),
     fwd: &TrainForward,
     labels: &[i32],
     n_vocab: usize,
 ) -> Result<()> {
-    mem.write_i32(plan, fwd.labels, labels)?;
-    mem.write_f32(plan, fwd.loss_norm, &[scored(labels, n_vocab)])?;
-    Ok(())
+    write_i32(backend, (mem, plan), fwd.labels, labels)?;
+    let norm = [scored(labels, n_vocab)];
+    write_f32(backend, (mem, plan), fwd.loss_norm, &norm)
 }
 
 /// Lends `from`'s buffers of each `(from_ids, to_ids)` group to `to`, runs `to`'s plan, and
 /// takes them back, also when the run fails (its error is returned after).
-pub(crate) fn run_lent(
-    exec: &mut Executor,
-    (from, from_plan): (&mut Memory<'static>, &Plan),
-    (to, to_plan): (&mut Memory<'static>, &Plan),
+pub(crate) fn run_lent<B: Backend>(
+    backend: &mut B,
+    (from, from_plan): (&mut B::Memory, &Plan),
+    (to, to_plan): (&mut B::Memory, &Plan),
     groups: &[(&[TensorId], &[TensorId])],
 ) -> Result<()> {
-    let swap = |from: &mut Memory<'static>, to: &mut Memory<'static>| -> Result<()> {
+    let swap = |backend: &B, from: &mut B::Memory, to: &mut B::Memory| -> Result<()> {
         for (from_ids, to_ids) in groups {
             for (&a, &b) in from_ids.iter().zip(*to_ids) {
-                from.swap_persistent(from_plan, a, to, to_plan, b)?;
+                backend
+                    .swap(from, from_plan, a, to, to_plan, b)
+                    .map_err(backend_err)?;
             }
         }
         Ok(())
     };
-    swap(from, to)?;
-    let ran = exec.run(to_plan, to);
-    swap(from, to)?;
-    Ok(ran?)
+    swap(backend, from, to)?;
+    let ran = backend.run(to_plan, to);
+    swap(backend, from, to)?;
+    ran.map_err(backend_err)
 }

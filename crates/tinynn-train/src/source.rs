@@ -32,16 +32,40 @@ pub(crate) struct Frozen {
     pub name: String,
     pub dtype: GgmlType,
     pub dims: Vec<usize>,
-    /// The file's bytes; an `AlignedBuf` (a map when large) so that they go back to the
-    /// system when dropped after packing, instead of staying in the heap.
-    pub bytes: tinynn_cpu::AlignedBuf,
+    /// The file's bytes (a map when large), so that they go back to the system when dropped
+    /// after packing, instead of staying in the heap.
+    pub bytes: HostBytes,
 }
 
-/// A copy of `b` in an [`tinynn_cpu::AlignedBuf`].
-fn copy_of(b: &[u8]) -> tinynn_cpu::AlignedBuf {
-    let mut out = tinynn_cpu::AlignedBuf::zeroed(b.len());
-    out.as_bytes_mut().copy_from_slice(b);
-    out
+/// Bytes on the host that go back to the system when dropped.
+pub(crate) enum HostBytes {
+    Heap(Vec<u8>),
+    /// From [`HostBytes::MAP_FROM`] bytes on: an anonymous map, unmapped when dropped (the
+    /// allocator could keep a freed heap block resident, and the next buffers would not
+    /// reuse it).
+    Map(memmap2::MmapMut),
+}
+
+impl HostBytes {
+    const MAP_FROM: usize = 64 << 10;
+
+    /// A copy of `b`.
+    fn copy_of(b: &[u8]) -> HostBytes {
+        if b.len() >= HostBytes::MAP_FROM {
+            if let Ok(mut m) = memmap2::MmapMut::map_anon(b.len()) {
+                m.copy_from_slice(b);
+                return HostBytes::Map(m);
+            }
+        }
+        HostBytes::Heap(b.to_vec())
+    }
+
+    pub fn as_bytes(&self) -> &[u8] {
+        match self {
+            HostBytes::Heap(v) => v,
+            HostBytes::Map(m) => m,
+        }
+    }
 }
 
 /// A resolved source.
@@ -82,7 +106,7 @@ pub(crate) fn resolve<'a>(
                 name: t.name,
                 dtype: GgmlType::F32,
                 dims: t.dims,
-                bytes: copy_of(bytemuck::cast_slice(&t.data)),
+                bytes: HostBytes::copy_of(bytemuck::cast_slice(&t.data)),
             })
             .collect();
     }
@@ -129,7 +153,7 @@ fn load_frozen(src: &WeightSource<'_>, specs: &[ParamSpec]) -> Result<Vec<Frozen
                     ),
                 });
             }
-            let bytes = copy_of(w.data);
+            let bytes = HostBytes::copy_of(w.data);
             // The copy serves from now on; the file's pages can go.
             src.release(w.data);
             Ok(Frozen {

@@ -1,16 +1,20 @@
 //! `Trainer`: a Llama-family model's f32 master weights, optimizer state and compiled plans on
-//! one executor; `step` runs k micro-batches of forward + backward, then one clipped optimizer
-//! update — or skips it when the loss or gradient is not finite. Nothing is allocated per step
-//! (the plans, memories and arena are made up front).
+//! one backend (the CPU's `Executor` unless given another); `step` runs k micro-batches of
+//! forward + backward, then one clipped optimizer update — or skips it when the loss or
+//! gradient is not finite. Nothing is allocated per step (the plans, memories and arena are
+//! made up front). Every read, write, run and move of a tensor goes through [`Backend`].
 
+use std::sync::Arc;
+
+use tinynn_core::backend::Backend;
 use tinynn_core::plan::Plan;
 use tinynn_core::tensor::TensorId;
-use tinynn_cpu::{ExecOptions, Executor, Memory};
+use tinynn_cpu::{ExecOptions, Executor};
 use tinynn_format::gguf::Value;
 use tinynn_format::model_config::ModelConfig;
 use tinynn_models::llama::LlamaHparams;
 
-use crate::error::{Result, TrainError};
+use crate::error::{backend_err, Result, TrainError};
 use crate::lora::LoraConfig;
 use crate::model::{BatchShape, LoraGraph};
 use crate::optim::Optimizer;
@@ -20,6 +24,7 @@ use crate::passes::{
 };
 use crate::rng::Rng;
 use crate::source::{resolve, TrainSource};
+use crate::tensor_io::{as_f32, read_f32, scalar, write_f32, write_i32};
 
 /// How to train.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -131,7 +136,8 @@ pub struct FrozenSpec {
     pub dims: Vec<usize>,
 }
 
-pub struct Trainer {
+/// A model in training on backend `B` (the CPU by default): see the module docs.
+pub struct Trainer<B: Backend = Executor> {
     cfg: TrainConfig,
     config: ModelConfig,
     hparams: LlamaHparams,
@@ -141,32 +147,44 @@ pub struct Trainer {
     dropout_rng: Rng,
     /// Tests: the next steps to report as non-finite.
     poison: u32,
-    exec: Executor,
-    grad: GradPass,
-    update: UpdatePass,
-    eval: EvalPass,
+    backend: B,
+    grad: GradPass<B>,
+    update: UpdatePass<B>,
+    eval: EvalPass<B>,
+    /// Scalars read back from runs (loss, Σg²), reused: a step allocates nothing.
+    scalar: Vec<f32>,
     step: u64,
     pub(crate) gguf_metadata: Option<Vec<(String, Value)>>,
     pub(crate) rope_freqs_tensor: Option<NamedTensor>,
     trace: Option<String>,
 }
 
-fn read_f32(mem: &Memory<'_>, plan: &Plan, t: TensorId) -> Result<Vec<f32>> {
-    Ok(mem
-        .persistent(plan, t)?
-        .chunks_exact(4)
-        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-        .collect())
-}
-
-fn scalar(exec: &Executor, plan: &Plan, mem: &Memory<'_>, t: TensorId) -> Result<f32> {
-    let b = exec.bytes(plan, mem, t)?;
-    Ok(f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-}
-
 impl Trainer {
-    /// Loads or initializes the model and compiles the plans for `cfg`.
+    /// Loads or initializes the model and compiles the plans for `cfg`, on the CPU.
     pub fn new<'a>(source: impl Into<TrainSource<'a>>, cfg: TrainConfig) -> Result<Trainer> {
+        let cpu = Executor::cpu(ExecOptions {
+            threads: cfg.threads,
+            strict: cfg.strict,
+            trace: cfg.trace,
+            repack: false,
+            // Training keeps its thread count: results stay bit-exact across resumes.
+            adaptive_threads: false,
+            bf16_matmul: cfg.bf16_matmul,
+        });
+        Trainer::with_backend(source, cfg, cpu)
+    }
+}
+
+impl<B: Backend> Trainer<B> {
+    /// Loads or initializes the model and compiles the plans for `cfg` on `backend`. The
+    /// backend is used as it is: `cfg`'s `threads`, `trace` and `bf16_matmul` are settings of
+    /// the CPU backend [`Trainer::new`] makes, and `cfg.strict` only keeps frozen tensors
+    /// from being packed (a strict backend reads their bytes).
+    pub fn with_backend<'a>(
+        source: impl Into<TrainSource<'a>>,
+        cfg: TrainConfig,
+        backend: B,
+    ) -> Result<Trainer<B>> {
         if cfg.seq == 0 || cfg.batch == 0 || cfg.accum == 0 || cfg.threads == 0 {
             return Err(TrainError::Invalid(format!(
                 "seq, batch, accum and threads must be at least 1: {cfg:?}"
@@ -191,42 +209,51 @@ impl Trainer {
             scale: l.scale(),
             dropout: l.dropout,
         });
-        let fz = &loaded.frozen;
+        let (b, fz) = (&backend, &loaded.frozen);
         let (arch, hp, specs) = (loaded.arch, &loaded.hparams, &loaded.specs);
-        let grad = grad_pass(arch, hp, specs, fz, lora, shape, cfg.accum)?;
-        let update = update_pass(specs, &cfg.optimizer)?;
-        let mut eval = eval_pass(arch, hp, specs, fz, lora, shape)?;
+        let grad = grad_pass(b, arch, hp, specs, fz, lora, shape, cfg.accum)?;
+        let update = update_pass(b, specs, &cfg.optimizer)?;
+        let mut eval = eval_pass(b, arch, hp, specs, fz, lora, shape)?;
         let mut grad = grad;
-        // A frozen base (QLoRA) keeps its file type; where the CPU has the packed kernels its
-        // products read one interleaved copy, shared by both passes (never in strict mode).
+        // A frozen base (QLoRA) keeps its file type; where the backend has packed kernels its
+        // products read one packed copy, shared by both passes (never in strict mode).
         for (i, f) in fz.iter().enumerate() {
+            let (gt, et) = (grad.frozen[i], eval.frozen[i]);
+            let bytes = f.bytes.as_bytes();
             let packed = if cfg.strict || f.dims.len() > 2 {
                 None
             } else {
                 let ne = [f.dims[0], f.dims.get(1).copied().unwrap_or(1), 1, 1];
-                tinynn_cpu::packed::pack(f.dtype, ne, f.bytes.as_bytes())
+                backend.pack(f.dtype, ne, bytes)
             };
             let Some(p) = packed else {
-                grad.mem
-                    .persistent_mut(&grad.plan, grad.frozen[i])?
-                    .copy_from_slice(f.bytes.as_bytes());
+                let written = backend.write(&mut grad.mem, &grad.plan, gt, 0, bytes);
+                written.map_err(backend_err)?;
                 continue;
             };
-            let p = std::sync::Arc::new(p);
-            let (gt, et) = (grad.frozen[i], eval.frozen[i]);
-            grad.mem.bind_packed(&grad.plan, gt, p.clone())?;
-            eval.mem.bind_packed(&eval.plan, et, p)?;
+            let p = Arc::new(p);
+            let (gm, em) = (&mut grad.mem, &mut eval.mem);
+            backend
+                .bind_packed(gm, &grad.plan, gt, p.clone())
+                .map_err(backend_err)?;
+            backend
+                .bind_packed(em, &eval.plan, et, p)
+                .map_err(backend_err)?;
             // Products are all that read most base tensors: the packed copy stands in for the
             // file's bytes, which are never written (one copy of the base in memory, not two).
-            if grad.mem.can_drop_packed_source(&grad.plan, gt)
-                && eval.mem.can_drop_packed_source(&eval.plan, et)
+            if backend.can_release_source(gm, &grad.plan, gt)
+                && backend.can_release_source(em, &eval.plan, et)
             {
-                grad.mem.drop_packed_source(&grad.plan, gt)?;
-                eval.mem.drop_packed_source(&eval.plan, et)?;
+                backend
+                    .release_source(gm, &grad.plan, gt)
+                    .map_err(backend_err)?;
+                backend
+                    .release_source(em, &eval.plan, et)
+                    .map_err(backend_err)?;
             } else {
-                grad.mem
-                    .persistent_mut(&grad.plan, gt)?
-                    .copy_from_slice(f.bytes.as_bytes());
+                backend
+                    .write(gm, &grad.plan, gt, 0, bytes)
+                    .map_err(backend_err)?;
             }
         }
         // The grad pass holds the frozen bytes now.
@@ -238,18 +265,6 @@ impl Trainer {
                 dims: f.dims,
             })
             .collect();
-        let exec = Executor::with_options(
-            &grad.plan,
-            ExecOptions {
-                threads: cfg.threads,
-                strict: cfg.strict,
-                trace: cfg.trace,
-                repack: false,
-                // Training keeps its thread count: results stay bit-exact across resumes.
-                adaptive_threads: false,
-                bf16_matmul: cfg.bf16_matmul,
-            },
-        );
         let mut t = Trainer {
             cfg,
             config: loaded.config,
@@ -258,10 +273,11 @@ impl Trainer {
             frozen,
             dropout_rng: Rng::new(cfg.lora.map_or(0, |l| l.seed ^ 0x6C6F_7261_6472_6F70)),
             poison: 0,
-            exec,
+            backend,
             grad,
             update,
             eval,
+            scalar: Vec::with_capacity(1),
             step: 0,
             gguf_metadata: loaded.gguf_metadata,
             rope_freqs_tensor: loaded.rope_freqs_tensor,
@@ -338,16 +354,18 @@ impl Trainer {
         let mut loss_sum = 0f64;
         for (ids, labels) in ids.chunks_exact(n).zip(labels.chunks_exact(n)) {
             self.draw_dropout()?;
-            let g = &mut self.grad;
-            g.mem.write_i32(&g.plan, g.fwd.tokens, ids)?;
-            write_labels(&g.plan, &mut g.mem, &g.fwd, labels, self.hparams.n_vocab)?;
-            if let Err(e) = self.exec.run(&g.plan, &mut g.mem) {
+            let (b, g) = (&mut self.backend, &mut self.grad);
+            write_i32(b, (&mut g.mem, &g.plan), g.fwd.tokens, ids)?;
+            let n_vocab = self.hparams.n_vocab;
+            write_labels(b, (&mut g.mem, &g.plan), &g.fwd, labels, n_vocab)?;
+            if let Err(e) = b.run(&g.plan, &mut g.mem) {
                 self.zero_grads()?;
-                return Err(e.into());
+                return Err(backend_err(e));
             }
-            loss_sum += f64::from(scalar(&self.exec, &g.plan, &g.mem, g.fwd.loss)?);
+            let at = (&g.mem, &g.plan);
+            loss_sum += f64::from(scalar(b, at, g.fwd.loss, &mut self.scalar)?);
             if self.cfg.trace {
-                self.trace = self.exec.chrome_trace(&g.plan);
+                self.trace = b.trace(&g.plan);
             }
         }
         let mut loss = (loss_sum / self.cfg.accum as f64) as f32;
@@ -356,7 +374,8 @@ impl Trainer {
             loss = f32::NAN;
         }
         let g = &self.grad;
-        let grad_norm = scalar(&self.exec, &g.plan, &g.mem, g.grad_sq)?.sqrt();
+        let at = (&g.mem, &g.plan);
+        let grad_norm = scalar(&self.backend, at, g.grad_sq, &mut self.scalar)?.sqrt();
         let skipped = !loss.is_finite() || !grad_norm.is_finite();
         if !skipped {
             let clip = match self.cfg.clip {
@@ -378,10 +397,10 @@ impl Trainer {
     fn apply_update(&mut self, lr: f32, clip: f32) -> Result<()> {
         let hp = self.cfg.optimizer.hyperparams(lr, self.step + 1, clip);
         let (g, u) = (&mut self.grad, &mut self.update);
-        u.mem
-            .write_f32(&u.plan, u.hp, &hp[..self.cfg.optimizer.n_hyperparams()])?;
+        let hp = &hp[..self.cfg.optimizer.n_hyperparams()];
+        write_f32(&self.backend, (&mut u.mem, &u.plan), u.hp, hp)?;
         run_lent(
-            &mut self.exec,
+            &mut self.backend,
             (&mut g.mem, &g.plan),
             (&mut u.mem, &u.plan),
             &[(&g.params, &u.params), (&g.buffers, &u.buffers)],
@@ -398,9 +417,8 @@ impl Trainer {
             return Ok(());
         };
         let s = self.dropout_rng.next_u64();
-        g.mem
-            .write_i32(&g.plan, seed, &[s as u32 as i32, (s >> 32) as u32 as i32])?;
-        Ok(())
+        let seed_values = [s as u32 as i32, (s >> 32) as u32 as i32];
+        write_i32(&self.backend, (&mut g.mem, &g.plan), seed, &seed_values)
     }
 
     /// The LoRA dropout RNG's state (for checkpoints).
@@ -433,20 +451,17 @@ impl Trainer {
                 name: name.into(),
                 message: "not a frozen base tensor".into(),
             })?;
-        let (g, t) = (&self.grad, self.grad.frozen[i]);
-        let bytes = g.mem.persistent(&g.plan, t)?;
-        match g.mem.packed_persistent(&g.plan, t) {
-            // It keeps only its packed copy (`Memory::drop_packed_source`): unpack the bytes.
-            Some(p) if bytes.len() != g.plan.graph().layout(t).contiguous_bytes() => {
-                let rb = p.row_bytes();
-                let mut out = vec![0u8; rb * p.shape()[1]];
-                for (n, row) in out.chunks_exact_mut(rb).enumerate() {
-                    p.unpack_row(n, row);
-                }
-                Ok(std::borrow::Cow::Owned(out))
-            }
-            _ => Ok(std::borrow::Cow::Borrowed(bytes)),
+        let (b, g, t) = (&self.backend, &self.grad, self.grad.frozen[i]);
+        let need = g.plan.graph().layout(t).contiguous_bytes();
+        if b.persistent_len(&g.mem, &g.plan, t) == need {
+            let bytes = b.persistent(&g.mem, &g.plan, t).map_err(backend_err)?;
+            return Ok(std::borrow::Cow::Borrowed(bytes));
         }
+        // It keeps only its packed copy (`Backend::release_source`): unpack the bytes.
+        let mut out = Vec::with_capacity(need);
+        b.unpacked_persistent(&g.mem, &g.plan, t, &mut out)
+            .map_err(backend_err)?;
+        Ok(std::borrow::Cow::Owned(out))
     }
 
     /// `general.architecture` of the model: the source file's, or the config's name.
@@ -477,7 +492,9 @@ impl Trainer {
         let g = &mut self.grad;
         // The other buffers are overwritten by every run.
         for &b in &g.accumulated {
-            g.mem.zero_persistent(&g.plan, b)?;
+            self.backend
+                .zero(&mut g.mem, &g.plan, b)
+                .map_err(backend_err)?;
         }
         Ok(())
     }
@@ -486,16 +503,17 @@ impl Trainer {
     /// weights; changes nothing.
     pub fn eval_loss(&mut self, ids: &[i32], labels: &[i32]) -> Result<f32> {
         self.check_batch(ids, labels, 1)?;
-        let (g, e) = (&mut self.grad, &mut self.eval);
-        e.mem.write_i32(&e.plan, e.fwd.tokens, ids)?;
-        write_labels(&e.plan, &mut e.mem, &e.fwd, labels, self.hparams.n_vocab)?;
+        let (b, g, e) = (&mut self.backend, &mut self.grad, &mut self.eval);
+        write_i32(b, (&mut e.mem, &e.plan), e.fwd.tokens, ids)?;
+        let n_vocab = self.hparams.n_vocab;
+        write_labels(b, (&mut e.mem, &e.plan), &e.fwd, labels, n_vocab)?;
         run_lent(
-            &mut self.exec,
+            b,
             (&mut g.mem, &g.plan),
             (&mut e.mem, &e.plan),
             &[(&g.params, &e.params), (&g.frozen, &e.frozen)],
         )?;
-        scalar(&self.exec, &e.plan, &e.mem, e.fwd.loss)
+        scalar(b, (&e.mem, &e.plan), e.fwd.loss, &mut self.scalar)
     }
 
     /// Runs forward + backward on one micro-batch and returns every parameter's gradient
@@ -503,22 +521,28 @@ impl Trainer {
     pub fn gradients(&mut self, ids: &[i32], labels: &[i32]) -> Result<(f32, Vec<NamedTensor>)> {
         self.check_batch(ids, labels, 1)?;
         self.zero_grads()?;
-        let g = &mut self.grad;
-        g.mem.write_i32(&g.plan, g.fwd.tokens, ids)?;
-        write_labels(&g.plan, &mut g.mem, &g.fwd, labels, self.hparams.n_vocab)?;
-        let ran = self.exec.run(&g.plan, &mut g.mem);
-        let out = ran.map_err(TrainError::from).and_then(|()| {
-            let g = &self.grad;
-            let loss = scalar(&self.exec, &g.plan, &g.mem, g.fwd.loss)?;
+        let (b, g) = (&mut self.backend, &mut self.grad);
+        write_i32(b, (&mut g.mem, &g.plan), g.fwd.tokens, ids)?;
+        write_labels(
+            b,
+            (&mut g.mem, &g.plan),
+            &g.fwd,
+            labels,
+            self.hparams.n_vocab,
+        )?;
+        let ran = b.run(&g.plan, &mut g.mem);
+        let out = ran.map_err(backend_err).and_then(|()| {
+            let (b, g) = (&self.backend, &self.grad);
+            let loss = scalar(b, (&g.mem, &g.plan), g.fwd.loss, &mut self.scalar)?;
             let grads = self
                 .specs
                 .iter()
                 .zip(&g.buffers)
-                .map(|(s, &b)| {
+                .map(|(s, &buf)| {
                     Ok(NamedTensor {
                         name: s.name.clone(),
                         dims: s.dims.clone(),
-                        data: read_f32(&g.mem, &g.plan, b)?,
+                        data: read_f32(&self.backend, &g.mem, &g.plan, buf)?,
                     })
                 })
                 .collect::<Result<Vec<_>>>()?;
@@ -538,7 +562,7 @@ impl Trainer {
                 Ok(NamedTensor {
                     name: s.name.clone(),
                     dims: s.dims.clone(),
-                    data: read_f32(&g.mem, &g.plan, p)?,
+                    data: read_f32(&self.backend, &g.mem, &g.plan, p)?,
                 })
             })
             .collect()
@@ -550,7 +574,7 @@ impl Trainer {
             let i = self.param_index(&t.name)?;
             check_dims(t, &self.specs[i].dims)?;
             let g = &mut self.grad;
-            g.mem.write_f32(&g.plan, g.params[i], &t.data)?;
+            write_f32(&self.backend, (&mut g.mem, &g.plan), g.params[i], &t.data)?;
         }
         Ok(())
     }
@@ -559,9 +583,20 @@ impl Trainer {
     fn load_params_from(&mut self, src: &tinynn_models::weights::WeightSource<'_>) -> Result<()> {
         let g = &mut self.grad;
         for (s, &t) in self.specs.iter().zip(&g.params) {
-            let bytes = g.mem.persistent_mut(&g.plan, t)?;
-            let out: &mut [f32] = bytemuck::cast_slice_mut(bytes);
-            if !crate::params::dequantize_into(src, &s.name, &s.dims, out)? {
+            let mut loaded = Ok(false);
+            let mut fill = |bytes: &mut [u8]| {
+                loaded = match bytemuck::try_cast_slice_mut(bytes) {
+                    Ok(out) => crate::params::dequantize_into(src, &s.name, &s.dims, out),
+                    Err(e) => Err(TrainError::Param {
+                        name: s.name.clone(),
+                        message: format!("the backend's bytes are not f32 values: {e}"),
+                    }),
+                };
+            };
+            self.backend
+                .fill_persistent(&mut g.mem, &g.plan, t, &mut fill)
+                .map_err(backend_err)?;
+            if !loaded? {
                 return Err(TrainError::Param {
                     name: s.name.clone(),
                     message: "missing from the source".into(),
@@ -590,7 +625,8 @@ impl Trainer {
             .iter()
             .zip(&g.params)
             .map(|(s, &p)| {
-                let data = bytemuck::cast_slice(g.mem.persistent(&g.plan, p)?);
+                let bytes = self.backend.persistent(&g.mem, &g.plan, p);
+                let data = as_f32(bytes.map_err(backend_err)?, &g.plan, p)?;
                 Ok((s.name.as_str(), s.dims.as_slice(), data))
             })
             .collect()
@@ -603,7 +639,8 @@ impl Trainer {
         let mut out = Vec::new();
         for state in &u.state {
             for &t in state {
-                out.push(bytemuck::cast_slice(u.mem.persistent(&u.plan, t)?));
+                let bytes = self.backend.persistent(&u.mem, &u.plan, t);
+                out.push(as_f32(bytes.map_err(backend_err)?, &u.plan, t)?);
             }
         }
         Ok(out)
@@ -617,7 +654,7 @@ impl Trainer {
                 tensors.push(NamedTensor {
                     name: format!("{prefix}.{}", s.name),
                     dims: s.dims.clone(),
-                    data: read_f32(&u.mem, &u.plan, t)?,
+                    data: read_f32(&self.backend, &u.mem, &u.plan, t)?,
                 });
             }
         }
@@ -647,7 +684,7 @@ impl Trainer {
             let i = self.param_index(param)?;
             check_dims(t, &self.specs[i].dims)?;
             let u = &mut self.update;
-            u.mem.write_f32(&u.plan, u.state[i][k], &t.data)?;
+            write_f32(&self.backend, (&mut u.mem, &u.plan), u.state[i][k], &t.data)?;
         }
         self.step = state.step;
         Ok(())
@@ -675,9 +712,9 @@ impl Trainer {
                 .grad
                 .frozen
                 .iter()
-                .map(|&t| self.grad.mem.persistent(g, t).map_or(0, <[u8]>::len))
+                .map(|&t| self.backend.persistent_len(&self.grad.mem, g, t))
                 .sum(),
-            packed: self.grad.mem.packed_persistent_bytes(),
+            packed: self.backend.packed_persistent_bytes(&self.grad.mem),
         }
     }
 

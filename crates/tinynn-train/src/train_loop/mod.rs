@@ -40,6 +40,8 @@ pub use observer::{
     TrainSummary,
 };
 
+use tinynn_core::backend::Backend;
+
 use crate::checkpoint;
 use crate::data::Batcher;
 use crate::error::{Result, TrainError};
@@ -60,8 +62,8 @@ pub const MAX_BAD_STEPS: u32 = 3;
 /// `cfg.resume` continues from it bit for bit. Three non-finite steps in a row end the run with
 /// [`TrainError::NonFinite`], leaving the checkpoints as they were. The trainer's and batcher's
 /// settings should be part of `cfg.run_identity` so that a resume with other ones is refused.
-pub fn fit(
-    trainer: &mut Trainer,
+pub fn fit<B: Backend>(
+    trainer: &mut Trainer<B>,
     batcher: &mut Batcher,
     cfg: &LoopConfig,
     stop: &AtomicBool,

@@ -3,6 +3,7 @@
 
 use std::path::{Path, PathBuf};
 
+use tinynn_core::backend::Backend;
 use tinynn_format::GgmlType;
 
 use crate::checkpoint::{self, Checkpoint, CheckpointMeta, SaveOptions, TensorRef};
@@ -27,7 +28,7 @@ pub(super) struct Saver<'a> {
 
 impl Saver<'_> {
     /// Writes a checkpoint of the trainer and the batcher's position; returns its path.
-    pub fn save(&self, trainer: &Trainer, batcher: &Batcher) -> Result<PathBuf> {
+    pub fn save<B: Backend>(&self, trainer: &Trainer<B>, batcher: &Batcher) -> Result<PathBuf> {
         // Borrowed from the trainer: a checkpoint of a large model makes no copy of it.
         let params = trainer.param_views()?;
         let opt = trainer.optimizer_views()?;
@@ -77,8 +78,8 @@ impl Saver<'_> {
 }
 
 /// Restores the trainer and batcher from the latest checkpoint in `dir`; returns its path.
-pub(super) fn resume(
-    trainer: &mut Trainer,
+pub(super) fn resume<B: Backend>(
+    trainer: &mut Trainer<B>,
     batcher: &mut Batcher,
     dir: &Path,
     config_json: &str,
@@ -145,8 +146,8 @@ pub(super) fn resume(
 
 /// Mean loss over the held-out split (weighted by scored tokens), over at most `max` batches
 /// (0: all); `None` without one.
-pub(super) fn evaluate(
-    trainer: &mut Trainer,
+pub(super) fn evaluate<B: Backend>(
+    trainer: &mut Trainer<B>,
     batcher: &Batcher,
     max: usize,
 ) -> Result<Option<f32>> {
@@ -170,8 +171,8 @@ pub(super) fn evaluate(
 }
 
 /// Writes the final files; returns their paths.
-pub(super) fn export(
-    trainer: &Trainer,
+pub(super) fn export<B: Backend>(
+    trainer: &Trainer<B>,
     dir: &Path,
     output: Output,
     ty: GgmlType,
