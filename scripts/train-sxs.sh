@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Issue 6's training table, tinynn and PyTorch interleaved on this machine:
-#   scripts/train-sxs.sh [STEPS] [PYTHON]
+#   [TNN=path/to/tnn] scripts/train-sxs.sh [STEPS] [PYTHON]
 # For each mode (full f32, full bf16, LoRA r=8 q,v on an F32 base, QLoRA on the Q4_1 base)
 # it runs `tnn finetune` (seq 256 x batch 4, 2 threads) under /usr/bin/time, then PyTorch's
 # scripts/torch-train-bench.py for the same mode when PYTHON (a Python with torch,
@@ -15,8 +15,11 @@ MODEL=${TINYNN_CACHE:-$HOME/.cache/tinynn}/models/SmolLM2-135M-Instruct.Q4_1.ggu
 DATA=/usr/share/common-licenses/GPL-3
 WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT
-cargo build --release -q -p tinynn-cli
-TNN=target/release/tnn
+# TNN=/path/to/tnn compares another build (A/B); by default the tree's own.
+if [ -z "${TNN:-}" ]; then
+  cargo build --release -q -p tinynn-cli
+  TNN=target/release/tnn
+fi
 [ -f "$MODEL" ] || scripts/fetch-models.sh
 "$TNN" quantize "$MODEL" "$WORK/f32.gguf" F32 --allow-requantize >/dev/null 2>&1
 

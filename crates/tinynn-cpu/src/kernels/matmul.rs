@@ -199,7 +199,7 @@ fn mul_mat_packed(p: &PackedWeight, a: &StepArgs<'_>, ctx: &Ctx<'_>) {
 
 /// Activation rows up to which every thread prepares all of them itself (decode): repeating
 /// a few hundred conversions is cheaper than the barrier that sharing them would need.
-const FEW_ROWS: usize = 2;
+const FEW_ROWS: usize = 8;
 
 thread_local! {
     /// Each pool thread's prepared activations for [`mul_mat_packed_few`].
