@@ -22,6 +22,7 @@ pub mod embed;
 pub mod forward;
 pub mod generate;
 pub mod inspect;
+pub mod inspect_text;
 pub mod kv_cells;
 pub mod llama;
 pub mod lora;

@@ -1,7 +1,5 @@
 //! `tnn inspect`: what a model file or directory holds, for people (table) or machines (`--json`).
 
-mod text;
-
 use std::path::PathBuf;
 
 use anyhow::Result;
@@ -34,7 +32,7 @@ pub fn run(args: &InspectArgs) -> Result<()> {
     let out = if args.json {
         serde_json::to_string_pretty(&report)? + "\n"
     } else {
-        text::render(&report)
+        tinynn_models::inspect_text::render(&report)
     };
     crate::print(&out)
 }

@@ -1,8 +1,8 @@
-//! The human-readable form of an inspect [`Report`].
+//! The human-readable form of an inspect [`Report`] (what `tnn inspect` prints).
 
 use std::fmt::Write;
 
-use super::Report;
+use crate::inspect::Report;
 
 /// Byte counts in the largest unit that keeps them ≥ 1: 512 B, 2.3 KiB, 92.1 MiB, 4.07 GiB.
 fn mib(bytes: u64) -> String {
@@ -30,6 +30,8 @@ fn opt<T: ToString>(v: &Option<T>) -> String {
     v.as_ref().map_or_else(|| "-".to_string(), T::to_string)
 }
 
+/// The report as text: a summary, the config, the metadata, totals by type and the tensor
+/// table (when the report holds it).
 pub fn render(r: &Report) -> String {
     let mut s = String::new();
     // Writing to a String cannot fail.
@@ -47,10 +49,7 @@ fn write_report(s: &mut String, r: &Report) -> std::fmt::Result {
     writeln!(s, "architecture:  {}", opt(&r.architecture))?;
     if r.architecture.is_some() {
         let support = if r.support.is_empty() {
-            format!(
-                "none (tinynn runs {})",
-                tinynn_models::arch::names(|_| true)
-            )
+            format!("none (tinynn runs {})", crate::arch::names(|_| true))
         } else {
             r.support.join(", ")
         };
