@@ -645,3 +645,17 @@ pub fn argmax(logits: &[f32]) -> u32 {
     }
     best as u32
 }
+
+#[cfg(test)]
+mod tests {
+    /// Front ends move sessions between threads (a server's engine thread, Python) and share
+    /// models across them.
+    #[test]
+    fn sessions_are_send_and_models_are_shared() {
+        fn send<T: Send>() {}
+        fn send_sync<T: Send + Sync>() {}
+        send::<super::Session>();
+        send_sync::<crate::model::Model>();
+        send_sync::<crate::lora::LoraAdapter>();
+    }
+}
