@@ -44,7 +44,9 @@ pub fn template(model: &Model, path: Option<&Path>) -> Result<ChatTemplate> {
 pub fn run(args: &ChatArgs) -> Result<()> {
     let model = args.model.open()?;
     let template = template(&model, args.chat_template.as_deref())?;
-    let mut session = args.model.session(model.clone(), args.lora.applied()?)?;
+    let mut session = args
+        .model
+        .session(model.clone(), args.lora.applied()?, false)?;
     let tokenizer = model.tokenizer()?;
     // One sampler for the whole conversation: penalties and the random state carry over.
     let opts = args.sampling.options(args.n_predict, false);

@@ -50,13 +50,21 @@ impl ModelArgs {
         Model::open(&path).with_context(|| format!("loading {}", path.display()))
     }
 
-    /// A one-sequence session over `model` with these flags (and an adapter, if given).
-    pub fn session(&self, model: Arc<Model>, lora: Option<AppliedLora>) -> Result<Session> {
+    /// A one-sequence session over `model` with these flags, an adapter if given, and
+    /// `trace` (per-step timings of the last run).
+    pub fn session(
+        &self,
+        model: Arc<Model>,
+        lora: Option<AppliedLora>,
+        trace: bool,
+    ) -> Result<Session> {
         let path = model.path().display().to_string();
+        let mut exec = self.exec_options();
+        exec.trace = trace;
         let opts = SessionOptions {
             n_ctx: self.ctx,
             n_batch: self.batch,
-            exec: self.exec_options(),
+            exec,
             lora,
             ..SessionOptions::default()
         };

@@ -7,7 +7,6 @@ use std::time::Instant;
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use tinynn_models::chat::Message;
-use tinynn_models::session::{Session, SessionOptions};
 
 use crate::generate::{emit, stream, ModelArgs, SamplingArgs};
 
@@ -49,19 +48,10 @@ pub struct RunArgs {
 
 pub fn run(args: &RunArgs) -> Result<()> {
     let model = args.model.open()?;
-    let mut opts = args.model.exec_options();
-    opts.trace = args.trace.is_some();
-    let mut session = {
-        let path = model.path().display().to_string();
-        let so = SessionOptions {
-            n_ctx: args.model.ctx,
-            n_batch: args.model.batch,
-            exec: opts,
-            lora: args.lora.applied()?,
-            ..SessionOptions::default()
-        };
-        Session::with_options(model.clone(), so).with_context(|| format!("loading {path}"))?
-    };
+    let opts = args.model.exec_options();
+    let mut session =
+        args.model
+            .session(model.clone(), args.lora.applied()?, args.trace.is_some())?;
     let text = if args.chat {
         let template = crate::chat::template(&model, args.chat_template.as_deref())?;
         let mut messages = Vec::new();

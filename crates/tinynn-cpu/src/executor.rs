@@ -246,30 +246,33 @@ impl Executor {
         )
     }
 
-    /// An executor for any plan (its arena grows to the largest plan it runs).
-    pub fn cpu(opts: ExecOptions) -> Executor {
-        let mut e = Executor::with_options(&crate::compile(tinynn_core::graph::Graph::new()), opts);
-        e.spans = e.spans.map(|_| Vec::new());
+    /// An executor for `plan` (its arena allocated up front) and any other plan.
+    pub fn with_options(plan: &Plan, opts: ExecOptions) -> Executor {
+        let mut e = Executor::cpu(opts);
+        e.arena = AlignedBuf::zeroed(plan.arena_bytes());
+        e.bases = Vec::with_capacity(1 + plan.weights().len() + plan.persistents().len());
+        if let Some(spans) = &mut e.spans {
+            let slots = 2 * plan.steps().len() * e.n_threads;
+            spans.extend((0..slots).map(|_| AtomicU64::new(0)));
+        }
         e
     }
 
-    pub fn with_options(plan: &Plan, opts: ExecOptions) -> Executor {
+    /// An executor for any plan: its arena grows to the largest plan it runs, trace slots are
+    /// sized on each run.
+    pub fn cpu(opts: ExecOptions) -> Executor {
         let threads = if opts.strict {
             1
         } else {
             opts.threads.clamp(1, crate::pool::MAX_THREADS)
         };
-        let spans = opts.trace.then(|| {
-            (0..2 * plan.steps().len() * threads)
-                .map(|_| AtomicU64::new(0))
-                .collect()
-        });
+        let spans = opts.trace.then(Vec::new);
         Executor {
             pool: ThreadPool::global(threads),
             n_threads: threads,
             panic_steps: (0..threads).map(|_| AtomicUsize::new(usize::MAX)).collect(),
-            arena: AlignedBuf::zeroed(plan.arena_bytes()),
-            bases: Vec::with_capacity(1 + plan.weights().len() + plan.persistents().len()),
+            arena: AlignedBuf::zeroed(0),
+            bases: Vec::new(),
             errors: RunErrors::default(),
             strict: opts.strict,
             bf16_matmul: opts.bf16_matmul && !opts.strict,

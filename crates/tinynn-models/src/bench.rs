@@ -162,11 +162,7 @@ pub fn bench(model: &Arc<Model>, cfg: &BenchConfig) -> Result<BenchReport> {
                 (0..seqs).for_each(|s| batched.clear_seq(s));
                 for step in ids.chunks_exact(seqs) {
                     batch.clear();
-                    batch.extend(step.iter().enumerate().map(|(seq, &token)| BatchToken {
-                        token,
-                        seq,
-                        logits: true,
-                    }));
+                    batch.extend(BatchToken::one_each(step));
                     batched.decode(&batch)?;
                 }
                 Ok(())

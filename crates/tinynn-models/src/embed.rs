@@ -38,16 +38,8 @@ impl<B: Backend> Session<B> {
             return Err(ModelError::Invalid("no tokens to embed".into()));
         }
         self.clear_seq(seq);
-        let last = tokens.len() - 1;
-        let batch: Vec<BatchToken> = tokens
-            .iter()
-            .enumerate()
-            .map(|(i, &token)| BatchToken {
-                token,
-                seq,
-                logits: pooling == Pooling::Mean || i == last,
-            })
-            .collect();
+        let batch: Vec<BatchToken> =
+            BatchToken::sequence(tokens, seq, pooling == Pooling::Mean).collect();
         let result = self.run_batch(&batch, true);
         self.clear_seq(seq);
         result?;
@@ -60,14 +52,8 @@ impl<B: Backend> Session<B> {
         }
         let norm = e.iter().map(|x| x * x).sum::<f64>().sqrt();
         let inv = if norm > 0.0 { 1.0 / norm } else { 0.0 };
-        // Restore the logits row length for the next decode.
         let embedding = e.iter().map(|&x| (x * inv) as f32).collect();
         self.out.clear();
-        self.row_len = self
-            .plan()
-            .graph()
-            .layout(self.plan().graph().outputs()[0])
-            .ne[0];
         Ok(embedding)
     }
 }

@@ -31,6 +31,8 @@ pub struct KvCells {
     free_hint: usize,
     /// One past the highest cell in use.
     used_end: usize,
+    /// Cells some sequence owns.
+    n_used: usize,
 }
 
 /// Why cells could not be taken.
@@ -50,6 +52,7 @@ impl KvCells {
             seqs: vec![Vec::new(); n_seq.clamp(1, MAX_SEQUENCES)],
             free_hint: 0,
             used_end: 0,
+            n_used: 0,
         }
     }
 
@@ -75,7 +78,7 @@ impl KvCells {
 
     /// Cells not owned by any sequence.
     pub fn n_free(&self) -> usize {
-        self.cells.iter().filter(|c| c.owners == 0).count()
+        self.cells.len() - self.n_used
     }
 
     /// One past the highest cell in use: attention reads cells `0..used_end()`.
@@ -103,6 +106,7 @@ impl KvCells {
             owners: 1 << seq,
         };
         self.seqs[seq].push(i as u32);
+        self.n_used += 1;
         self.free_hint = i + 1;
         self.used_end = self.used_end.max(i + 1);
         Ok(i as u32)
@@ -117,6 +121,7 @@ impl KvCells {
             let cell = &mut self.cells[c as usize];
             cell.owners &= !(1 << seq);
             if cell.owners == 0 {
+                self.n_used -= 1;
                 self.free_hint = self.free_hint.min(c as usize);
             }
         }

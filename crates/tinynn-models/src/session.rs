@@ -80,6 +80,36 @@ pub struct BatchToken {
     pub logits: bool,
 }
 
+impl BatchToken {
+    /// `tokens` appended to sequence `seq`, with output rows for all of them (`all`) or for
+    /// the last only (a prompt whose continuation is sampled).
+    pub fn sequence(
+        tokens: &[u32],
+        seq: usize,
+        all: bool,
+    ) -> impl Iterator<Item = BatchToken> + '_ {
+        let last = tokens.len().saturating_sub(1);
+        tokens
+            .iter()
+            .enumerate()
+            .map(move |(i, &token)| BatchToken {
+                token,
+                seq,
+                logits: all || i == last,
+            })
+    }
+
+    /// One token for each sequence: `tokens[s]` goes to sequence `s`, every one with its
+    /// output row (a decode step of several sequences).
+    pub fn one_each(tokens: &[u32]) -> impl Iterator<Item = BatchToken> + '_ {
+        tokens.iter().enumerate().map(|(seq, &token)| BatchToken {
+            token,
+            seq,
+            logits: true,
+        })
+    }
+}
+
 /// One compiled forward pass and its memory.
 struct Pass<B: Backend> {
     io: ForwardGraph,
@@ -121,6 +151,16 @@ pub struct Session<B: Backend = Executor> {
     runs: u64,
     /// The pass that ran last (for traces).
     last_pass: usize,
+}
+
+/// The error of a cache of `n_ctx` rows and `n_seq` sequences that could not take a token.
+fn cell_error(e: CellError, n_ctx: usize, n_seq: usize) -> ModelError {
+    match e {
+        CellError::Full => ModelError::ContextFull(n_ctx),
+        CellError::NoSuchSequence(s) => ModelError::Invalid(format!(
+            "sequence {s} does not exist (the session holds {n_seq})"
+        )),
+    }
 }
 
 fn backend_err<E: std::error::Error + Send + Sync + 'static>(e: E) -> ModelError {
@@ -411,22 +451,12 @@ impl<B: Backend> Session<B> {
     pub fn copy_seq(&mut self, src: usize, dst: usize, n: usize) -> Result<()> {
         self.cells
             .copy_prefix(src, dst, n)
-            .map_err(|e| self.cell_error(e))?;
+            .map_err(|e| cell_error(e, self.n_ctx, self.cells.n_seq()))?;
         if src != dst {
             let n = n.min(self.tokens[src].len());
             self.tokens[dst] = self.tokens[src][..n].to_vec();
         }
         Ok(())
-    }
-
-    fn cell_error(&self, e: CellError) -> ModelError {
-        match e {
-            CellError::Full => ModelError::ContextFull(self.n_ctx),
-            CellError::NoSuchSequence(s) => ModelError::Invalid(format!(
-                "sequence {s} does not exist (the session holds {})",
-                self.cells.n_seq()
-            )),
-        }
     }
 
     /// Moves the KV cache into pass `to`'s memory.
@@ -462,17 +492,8 @@ impl<B: Backend> Session<B> {
         if tokens.is_empty() {
             return Err(ModelError::Invalid("no tokens to evaluate".into()));
         }
-        let all = self.opts.all_logits;
-        let last = tokens.len() - 1;
-        let batch: Vec<BatchToken> = tokens
-            .iter()
-            .enumerate()
-            .map(|(i, &token)| BatchToken {
-                token,
-                seq: 0,
-                logits: all || i == last,
-            })
-            .collect();
+        let batch: Vec<BatchToken> =
+            BatchToken::sequence(tokens, 0, self.opts.all_logits).collect();
         self.decode(&batch)?;
         Ok(self.logits())
     }
@@ -518,7 +539,11 @@ impl<B: Backend> Session<B> {
             return Err(ModelError::Invalid("no tokens to evaluate".into()));
         }
         if let Some(t) = batch.iter().find(|t| t.seq >= self.cells.n_seq()) {
-            return Err(self.cell_error(CellError::NoSuchSequence(t.seq)));
+            return Err(cell_error(
+                CellError::NoSuchSequence(t.seq),
+                self.n_ctx,
+                self.cells.n_seq(),
+            ));
         }
         if batch.len() > self.cells.n_free() {
             return Err(ModelError::ContextFull(self.n_ctx));
@@ -561,12 +586,11 @@ impl<B: Backend> Session<B> {
                 })?,
             );
             pos.push(self.cells.len(t.seq) as i32);
-            let cell = self.cells.push(t.seq).map_err(|e| match e {
-                CellError::Full => ModelError::ContextFull(self.n_ctx),
-                CellError::NoSuchSequence(s) => {
-                    ModelError::Invalid(format!("sequence {s} does not exist"))
-                }
-            })?;
+            let n_seq = self.cells.n_seq();
+            let cell = self
+                .cells
+                .push(t.seq)
+                .map_err(|e| cell_error(e, self.n_ctx, n_seq))?;
             self.tokens[t.seq].push(t.token);
             cells.push(cell as i32);
             if t.logits {

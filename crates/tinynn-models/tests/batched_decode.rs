@@ -66,15 +66,7 @@ fn session(model: &Arc<Model>, n_seq: usize, threads: usize) -> Session {
 fn decode_together(s: &mut Session, mut next: Vec<u32>) -> Vec<Vec<u32>> {
     let mut out: Vec<Vec<u32>> = next.iter().map(|&t| vec![t]).collect();
     for _ in 1..STEPS {
-        let batch: Vec<BatchToken> = next
-            .iter()
-            .enumerate()
-            .map(|(seq, &token)| BatchToken {
-                token,
-                seq,
-                logits: true,
-            })
-            .collect();
+        let batch: Vec<BatchToken> = BatchToken::one_each(&next).collect();
         s.decode(&batch).unwrap();
         assert_eq!(s.n_outputs(), next.len());
         for (seq, n) in next.iter_mut().enumerate() {
@@ -97,15 +89,7 @@ fn sequences_decoded_together_give_their_text_alone() {
         // from the sequence order).
         let mut first = vec![0; prompts.len()];
         for seq in (0..prompts.len()).rev() {
-            let batch: Vec<BatchToken> = prompts[seq]
-                .iter()
-                .enumerate()
-                .map(|(i, &token)| BatchToken {
-                    token,
-                    seq,
-                    logits: i + 1 == prompts[seq].len(),
-                })
-                .collect();
+            let batch: Vec<BatchToken> = BatchToken::sequence(&prompts[seq], seq, false).collect();
             s.decode(&batch).unwrap();
             first[seq] = argmax(s.logits());
         }
@@ -177,11 +161,7 @@ fn a_prompt_joins_while_others_decode() {
         seq: 0,
         logits: true,
     }];
-    batch.extend(b.iter().enumerate().map(|(i, &token)| BatchToken {
-        token,
-        seq: 1,
-        logits: i + 1 == b.len(),
-    }));
+    batch.extend(BatchToken::sequence(&b, 1, false));
     s.decode(&batch).unwrap();
     next_a = argmax(s.output(0));
     got_a.push(next_a);

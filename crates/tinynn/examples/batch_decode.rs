@@ -38,30 +38,14 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     // Each prompt into its own sequence; the first token of each continuation from its logits.
     let mut next = Vec::new();
     for (seq, p) in ids.iter().enumerate() {
-        let batch: Vec<BatchToken> = p
-            .iter()
-            .enumerate()
-            .map(|(i, &token)| BatchToken {
-                token,
-                seq,
-                logits: i + 1 == p.len(),
-            })
-            .collect();
+        let batch: Vec<BatchToken> = BatchToken::sequence(p, seq, false).collect();
         session.decode(&batch)?;
         next.push(argmax(session.logits()));
     }
     let mut out: Vec<Vec<u32>> = next.iter().map(|&t| vec![t]).collect();
     let t0 = Instant::now();
     for _ in 1..STEPS {
-        let batch: Vec<BatchToken> = next
-            .iter()
-            .enumerate()
-            .map(|(seq, &token)| BatchToken {
-                token,
-                seq,
-                logits: true,
-            })
-            .collect();
+        let batch: Vec<BatchToken> = BatchToken::one_each(&next).collect();
         session.decode(&batch)?;
         for (seq, n) in next.iter_mut().enumerate() {
             *n = argmax(session.output(seq));
