@@ -136,64 +136,134 @@ fn attend_f16_cache(
     a: &StepArgs<'_>,
     ctx: &Ctx<'_>,
 ) {
-    let (q, k, v) = (a.src(0), a.src(1), a.src(2));
-    let (d, n_q, n_head) = (q.layout.ne[0], q.layout.ne[1], q.layout.ne[2]);
-    let dv = v.layout.ne[0];
-    let group = n_head / k.layout.ne[2];
+    let (q, n_head) = (a.src(0), a.src(0).layout.ne[2]);
+    let group = n_head / a.src(1).layout.ne[2];
     // q·k as ggml does it: q converted to f16, then the F16 dot kernel.
     let Some(dot) = crate::simd::dot_fn(GgmlType::F16) else {
         a.errors.record(ERR_KERNEL, 0);
         return;
     };
-    let (mut q16, mut acc) = ([0u8; 2 * MAX_D], [0f32; MAX_D]);
-    for job in split(n_q * n_head, ctx.ith, ctx.nth) {
-        let (h, i) = (job % n_head, job / n_head);
-        let hk = h / group;
-        for (j, x) in q16[..2 * d].chunks_exact_mut(2).enumerate() {
-            // SAFETY: (j, i, h) is inside q.
-            x.copy_from_slice(&half::f32_to_f16(unsafe { q.f32_at([j, i, h, 0]) }).to_le_bytes());
+    let jobs = split(q.layout.ne[1] * n_head, ctx.ith, ctx.nth);
+    let mut job = jobs.start;
+    while job < jobs.end {
+        // The run of this thread's (row, head) jobs that share row i and kv head h / group.
+        let (i, h) = (job / n_head, job % n_head);
+        let group_end = i * n_head + (h / group + 1) * group;
+        let end = jobs.end.min(group_end).min(job + MAX_GROUP);
+        let heads = h..h + (end - job);
+        attend_heads_f16(
+            scale,
+            softcap,
+            mask.as_ref(),
+            n_kv,
+            dot,
+            (i, heads, group),
+            a,
+        );
+        job = end;
+    }
+}
+
+/// Query heads handled in one pass over the kv rows (their K and V rows are read once).
+const MAX_GROUP: usize = 8;
+
+/// Visible kv rows ahead of the current one whose K and V rows are prefetched: with several
+/// sequences in the cache a query's rows are strided, and each row missed the caches
+/// (SmolLM2, 4 sequences at ~150 tokens: ~90 ns a row and head, most of it waiting on loads).
+const KV_AHEAD: usize = 8;
+
+/// Each pool thread's scratch of [`attend_heads_f16`].
+#[derive(Default)]
+struct HeadScratch {
+    /// The f16 queries, `2·d` bytes a head.
+    q16: Vec<u8>,
+    /// The value sums, `dv` a head.
+    acc: Vec<f32>,
+    /// The query row's visible kv rows and their mask values.
+    rows: Vec<(usize, f32)>,
+}
+
+thread_local! {
+    static HEADS: std::cell::RefCell<HeadScratch> = std::cell::RefCell::new(HeadScratch::default());
+}
+
+/// [`attend_f16_cache`] for query row `i` and `heads` (at most [`MAX_GROUP`], all of one kv
+/// head): one pass over the kv rows, each head's arithmetic exactly as if alone.
+fn attend_heads_f16(
+    scale: f32,
+    softcap: f32,
+    mask: Option<&super::RawTensor>,
+    n_kv: usize,
+    dot: crate::simd::DotFn,
+    (i, heads, group): (usize, std::ops::Range<usize>, usize),
+    a: &StepArgs<'_>,
+) {
+    let (q, k, v) = (a.src(0), a.src(1), a.src(2));
+    let (d, dv, n) = (q.layout.ne[0], v.layout.ne[0], heads.len());
+    let hk = heads.start / group;
+    HEADS.with_borrow_mut(|HeadScratch { q16, acc, rows }| {
+        if q16.len() < n * 2 * d {
+            q16.resize(n * 2 * d, 0);
         }
-        acc[..dv].fill(0.0);
-        let (mut max, mut sum) = (f32::NEG_INFINITY, 0f32);
+        acc.clear();
+        acc.resize(n * dv, 0.0);
+        let (mut max, mut sum) = ([f32::NEG_INFINITY; MAX_GROUP], [0f32; MAX_GROUP]);
+        for (g, h) in heads.clone().enumerate() {
+            for (j, x) in q16[g * 2 * d..][..2 * d].chunks_exact_mut(2).enumerate() {
+                // SAFETY: (j, i, h) is inside q.
+                x.copy_from_slice(
+                    &half::f32_to_f16(unsafe { q.f32_at([j, i, h, 0]) }).to_le_bytes(),
+                );
+            }
+        }
         // Mask row i: element j is `step` f32s after element j − 1 (F32, builder-checked).
         let mask_row = mask.map(|m| (m.row_f32_ptr(i, 0, 0) as *const f32, m.layout.nb[0] / 4));
-        for j in 0..n_kv {
+        rows.clear();
+        rows.extend((0..n_kv).filter_map(|j| {
             // SAFETY: the mask is F32 [n_kv, ≥ n_q] (builder-checked), so (j, i) is inside it.
             let m = mask_row.map_or(0.0, |(row, step)| unsafe { row.add(j * step).read() });
-            if m == f32::NEG_INFINITY {
-                continue;
+            (m != f32::NEG_INFINITY).then_some((j, m))
+        }));
+        let (k_bytes, v_bytes) = (k.layout.row_bytes(), v.layout.row_bytes());
+        for (r, &(j, m)) in rows.iter().enumerate() {
+            if let Some(&(ahead, _)) = rows.get(r + KV_AHEAD) {
+                crate::simd::prefetch(k.row_ptr(ahead, hk, 0), k_bytes);
+                crate::simd::prefetch(v.row_ptr(ahead, hk, 0), v_bytes);
             }
-            // SAFETY: row (j, hk) of k is inside k, contiguous (builder-checked).
-            let mut s = dot(unsafe { k.row(j, hk, 0) }, &q16[..2 * d]) * scale;
-            if softcap > 0.0 {
-                s = softcap * (s / softcap).tanh();
-            }
-            s += m;
-            if s == f32::NEG_INFINITY {
-                continue;
-            }
-            let (mut ms, mut vs) = (1f32, 1f32);
-            if s > max {
-                ms = (max - s).exp();
-                max = s;
-                if ms != 1.0 {
-                    f16_accumulate::scale_f16_rounded(&mut acc[..dv], ms);
+            // SAFETY: rows (j, hk) of k and v are inside them, contiguous (builder-checked).
+            let (krow, vrow) = unsafe { (k.row(j, hk, 0), v.row(j, hk, 0)) };
+            for g in 0..n {
+                let mut s = dot(krow, &q16[g * 2 * d..][..2 * d]) * scale;
+                if softcap > 0.0 {
+                    s = softcap * (s / softcap).tanh();
                 }
-            } else {
-                vs = (s - max).exp();
+                s += m;
+                if s == f32::NEG_INFINITY {
+                    continue;
+                }
+                let (mut ms, mut vs) = (1f32, 1f32);
+                if s > max[g] {
+                    ms = (max[g] - s).exp();
+                    max[g] = s;
+                    if ms != 1.0 {
+                        f16_accumulate::scale_f16_rounded(&mut acc[g * dv..][..dv], ms);
+                    }
+                } else {
+                    vs = (s - max[g]).exp();
+                }
+                f16_accumulate::mad_f16_rounded(&mut acc[g * dv..][..dv], vrow, vs);
+                sum[g] = sum[g] * ms + vs;
             }
-            // SAFETY: row (j, hk) of v is inside v, contiguous F16.
-            let vrow = unsafe { v.row(j, hk, 0) };
-            f16_accumulate::mad_f16_rounded(&mut acc[..dv], vrow, vs);
-            sum = sum * ms + vs;
         }
-        let inv = if sum > 0.0 { 1.0 / sum } else { 0.0 };
-        let out = a.dst.row_f32_ptr(h, i, 0);
-        for (c, &x) in acc[..dv].iter().enumerate() {
-            // SAFETY: output row (h, i) is [Dv] contiguous and this thread's.
-            unsafe { out.add(c).write(x * inv) };
+        for (g, h) in heads.enumerate() {
+            let inv = if sum[g] > 0.0 { 1.0 / sum[g] } else { 0.0 };
+            let out = a.dst.row_f32_ptr(h, i, 0);
+            for (c, &x) in acc[g * dv..][..dv].iter().enumerate() {
+                // SAFETY: output row (h, i) is [Dv] contiguous and this thread's.
+                unsafe { out.add(c).write(x * inv) };
+            }
         }
-    }
+    });
 }
 
 /// The accumulator type of attention: f32 normally, f64 in strict mode.

@@ -109,6 +109,13 @@ impl RawTensor {
         }
     }
 
+    /// A raw pointer to the start of row `(i1, i2, i3)` (computed, not dereferenced: any
+    /// indices give a pointer, valid ones a pointer into the tensor).
+    #[inline]
+    pub fn row_ptr(&self, i1: usize, i2: usize, i3: usize) -> *const u8 {
+        self.ptr.wrapping_add(self.layout.row_offset(i1, i2, i3))
+    }
+
     /// A raw pointer to row `(i1, i2, i3)` of an F32 tensor with contiguous rows. Kernels that
     /// may run in place write through it (a `&mut` slice would alias the input being read).
     #[inline]

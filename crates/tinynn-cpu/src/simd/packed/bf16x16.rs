@@ -49,14 +49,14 @@ mod avx512 {
     /// AVX-512 F + BF16 present; pointers as in `super::super::TileFn`.
     #[target_feature(enable = "avx512f,avx512bf16")]
     pub(in super::super) unsafe fn tile<const T: usize>(
-        w: *const u8,
-        nb: usize,
+        group: super::super::GroupIn,
         x: *const u8,
         x_stride: usize,
         out: *mut f32,
         out_stride: usize,
         valid: usize,
     ) {
+        let super::super::GroupIn { w, nb, pf } = group;
         let sets = match T {
             1 | 2 => 4,
             3 | 4 => 2,
@@ -65,6 +65,14 @@ mod avx512 {
         let mut f = [[_mm512_setzero_ps(); T]; 4];
         let mut p = 0;
         while p < nb * 16 {
+            if pf != 0 {
+                // Streaming the group from memory: ask for this step's bytes (64·sets) `pf`
+                // bytes ahead. SAFETY: prefetching never faults.
+                let ahead = w.wrapping_add(64 * p + pf) as *const i8;
+                for line in 0..sets {
+                    _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(64 * line));
+                }
+            }
             for (s, fs) in f.iter_mut().enumerate().take(sets) {
                 // SAFETY: pair p + s < nb·16 (sets divides 16) of the group and of every token
                 // row is in bounds (caller); the transmutes reinterpret 512 bits of bf16 pairs,

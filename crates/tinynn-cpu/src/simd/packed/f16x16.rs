@@ -37,14 +37,14 @@ mod avx512 {
     /// AVX-512 F + F16C present; pointers as in `super::super::TileFn`.
     #[target_feature(enable = "avx512f,f16c,fma")]
     pub(in super::super) unsafe fn tile<const T: usize>(
-        w: *const u8,
-        nb: usize,
+        group: super::super::GroupIn,
         x: *const u8,
         x_stride: usize,
         out: *mut f32,
         out_stride: usize,
         valid: usize,
     ) {
+        let super::super::GroupIn { w, nb, pf } = group;
         let sets = match T {
             1 | 2 => 4,
             3 | 4 => 2,
@@ -54,12 +54,14 @@ mod avx512 {
         let mut f = [[_mm512_setzero_ps(); T]; 4];
         let mut e = 0;
         while e < nb * 32 {
-            if T == 1 {
-                // Decode streams the weights once: ask for the rows PF_BYTES ahead.
-                // SAFETY: prefetching never faults.
-                let ahead = w.wrapping_add(32 * e + super::super::PF_BYTES) as *const i8;
+            if pf != 0 {
+                // Streaming the group from memory: ask for this step's bytes (32·sets) `pf`
+                // bytes ahead. SAFETY: prefetching never faults.
+                let ahead = w.wrapping_add(32 * e + pf) as *const i8;
                 _mm_prefetch::<_MM_HINT_T0>(ahead);
-                _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(64));
+                if sets == 4 {
+                    _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(64));
+                }
             }
             for (s, fs) in f.iter_mut().enumerate().take(sets) {
                 // SAFETY: element e + s < nb·32 (sets divides 32) of the group and of every

@@ -115,14 +115,14 @@ mod avx512 {
         const HIGH: bool,
         const OFF: i32,
     >(
-        w: *const u8,
-        nb: usize,
+        group: super::super::GroupIn,
         x: *const u8,
         x_stride: usize,
         out: *mut f32,
         out_stride: usize,
         valid: usize,
     ) {
+        let super::super::GroupIn { w, nb, pf } = group;
         let (bb, pa, qa) = (block_bytes(MIN, HIGH), planes_at(MIN), quants_at(MIN, HIGH));
         let m4 = _mm512_set1_epi8(0x0F);
         let b4 = _mm512_set1_epi8(0x10);
@@ -131,9 +131,9 @@ mod avx512 {
             // SAFETY: block b of the group and of every token row is in bounds (caller).
             unsafe {
                 let wb = w.add(b * bb);
-                if T == 1 {
-                    // Decode streams the weights once: ask for the block PF_BYTES ahead.
-                    let ahead = wb.wrapping_add(super::super::PF_BYTES) as *const i8;
+                if pf != 0 {
+                    // Streaming the group from memory: ask for the block `pf` bytes ahead.
+                    let ahead = wb.wrapping_add(pf) as *const i8;
                     for line in 0..bb.div_ceil(64) {
                         _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(64 * line));
                     }

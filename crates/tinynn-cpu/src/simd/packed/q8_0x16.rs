@@ -38,7 +38,6 @@ pub(super) use avx512::tile;
 
 #[cfg(target_arch = "x86_64")]
 mod avx512 {
-    use super::super::PF_BYTES;
     use std::arch::x86_64::*;
 
     /// `T` tokens × 16 rows over `nb` blocks.
@@ -47,22 +46,22 @@ mod avx512 {
     /// AVX-512 F/BW + VNNI + F16C present; pointers as in `super::super::TileFn`.
     #[target_feature(enable = "avx512f,avx512bw,avx512vnni,f16c,fma")]
     pub(in super::super) unsafe fn tile<const T: usize>(
-        w: *const u8,
-        nb: usize,
+        group: super::super::GroupIn,
         x: *const u8,
         x_stride: usize,
         out: *mut f32,
         out_stride: usize,
         valid: usize,
     ) {
+        let super::super::GroupIn { w, nb, pf } = group;
         let mut f = [_mm512_setzero_ps(); T];
         for b in 0..nb {
             // SAFETY: block b of the group and of every token row is in bounds (caller).
             unsafe {
                 let wb = w.add(b * 544);
-                if T == 1 {
-                    // Decode streams the weights once: ask for the block PF_BYTES ahead.
-                    let ahead = wb.wrapping_add(PF_BYTES) as *const i8;
+                if pf != 0 {
+                    // Streaming the group from memory: ask for the block `pf` bytes ahead.
+                    let ahead = wb.wrapping_add(pf) as *const i8;
                     for line in 0..9 {
                         _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(64 * line));
                     }
