@@ -7,13 +7,10 @@
 //! test runs once to warm up, then `-r` times; t/s is the mean over the repetitions ± their
 //! standard deviation.
 
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
-
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use serde::Serialize;
-use tinynn_models::bench::{bench, describe, BenchConfig};
+use tinynn_models::bench::{bench, describe, peak_rss, BenchConfig};
 use tinynn_models::model::Model;
 
 use crate::generate::ModelArgs;
@@ -57,41 +54,6 @@ pub struct BenchArgs {
     pub parallel: Vec<usize>,
 }
 
-/// Threads that spin until dropped.
-struct Busy {
-    stop: Arc<AtomicBool>,
-    threads: Vec<std::thread::JoinHandle<()>>,
-}
-
-impl Busy {
-    fn start(n: usize) -> Busy {
-        let stop = Arc::new(AtomicBool::new(false));
-        let threads = (0..n)
-            .map(|_| {
-                let stop = Arc::clone(&stop);
-                std::thread::spawn(move || {
-                    let mut x = 0u64;
-                    while !stop.load(Ordering::Relaxed) {
-                        x = std::hint::black_box(
-                            x.wrapping_mul(6364136223846793005).wrapping_add(1),
-                        );
-                    }
-                })
-            })
-            .collect();
-        Busy { stop, threads }
-    }
-}
-
-impl Drop for Busy {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-        for t in self.threads.drain(..) {
-            let _ = t.join();
-        }
-    }
-}
-
 #[derive(Serialize)]
 struct Row {
     model: String,
@@ -111,14 +73,6 @@ struct Row {
     kv_cache_bytes: u64,
 }
 
-/// Peak resident set size of this process (Linux `VmHWM`), in bytes.
-fn peak_rss() -> Option<u64> {
-    let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
-    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
-    Some(kb * 1024)
-}
-
 pub fn run(args: &BenchArgs) -> Result<()> {
     let path = args.model.path()?;
     let model = Model::open(&path)?;
@@ -129,15 +83,14 @@ pub fn run(args: &BenchArgs) -> Result<()> {
         parallel: args.parallel.clone(),
         reps: args.reps,
         exec,
+        busy: args.busy,
     };
     let fmt = args.output.as_str();
     if !matches!(fmt, "md" | "json") {
         bail!("unknown output format '{fmt}' (md or json)");
     }
     let (params, size, name) = describe(&model)?;
-    let busy = Busy::start(args.busy);
     let report = bench(&model, &cfg).with_context(|| format!("benchmarking {}", path.display()))?;
-    drop(busy);
     let rss = if args.mem { peak_rss() } else { None };
     let (repacked, kv) = (report.packed_bytes as u64, report.kv_cache_bytes as u64);
     let rows: Vec<Row> = report
@@ -149,11 +102,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
             params,
             backend: "CPU",
             threads: if exec.strict { 1 } else { exec.threads },
-            test: if args.busy > 0 {
-                format!("{} busy{}", r.test, args.busy)
-            } else {
-                r.test
-            },
+            test: r.test,
             n_tokens: r.n_tokens,
             avg_ts: r.avg_ts,
             stddev_ts: r.stddev_ts,
@@ -167,7 +116,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
         "json" => serde_json::to_string_pretty(&rows)? + "\n",
         _ => markdown(&rows, rss.map(|r| (r, repacked, kv))),
     };
-    crate::print(&out)
+    crate::generate::emit(&out)
 }
 
 /// The table, then (with `--mem`) peak RSS, repacked weight copies and KV cache.

@@ -63,13 +63,6 @@ pub fn run(args: &ChatArgs) -> Result<()> {
         }
         messages.push(Message::new("user", line.trim_end()));
         let prompt = tokenizer.encode(&template.render(&messages, true)?, true)?;
-        if prompt.len() >= session.n_ctx() {
-            bail!(
-                "the conversation is {} tokens, which does not fit the context of {} (raise -c)",
-                prompt.len(),
-                session.n_ctx()
-            );
-        }
         let mut generation = session.generate_with(&prompt, &opts, &mut sampler)?;
         for piece in generation.by_ref() {
             emit(&piece?.text)?;

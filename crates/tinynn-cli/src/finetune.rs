@@ -6,9 +6,9 @@ use std::path::PathBuf;
 use anyhow::{Context, Result};
 use clap::Args;
 use serde_json::json;
+use tinynn_train::data::Tokenization;
 use tinynn_train::{LoraConfig, Targets, Trainer};
 
-use crate::train_data::Tokenization;
 use crate::train_loop::{self, LoopArgs, Output};
 use tinynn_models::model::Model;
 
@@ -43,14 +43,11 @@ pub struct FinetuneArgs {
 }
 
 pub fn run(args: &FinetuneArgs) -> Result<()> {
-    let path = match &args.model {
-        Some(p) => p.clone(),
-        None => tinynn_format::model_cache::ensure_default_model()?,
-    };
+    let path = tinynn_format::model_cache::model_or_default(args.model.as_deref())?;
     let model = Model::open(&path)?;
     let tokenizer = model.tokenizer()?;
     let la = &args.train;
-    let template = if la.chat_data() {
+    let template = if tinynn_train::data::is_chat(&la.data) {
         Some(crate::chat::template(
             &model,
             args.chat_template.as_deref(),

@@ -38,10 +38,9 @@ pub struct ModelArgs {
 
 impl ModelArgs {
     pub fn path(&self) -> Result<PathBuf> {
-        Ok(match &self.model {
-            Some(p) => p.clone(),
-            None => tinynn_format::model_cache::ensure_default_model()?,
-        })
+        Ok(tinynn_format::model_cache::model_or_default(
+            self.model.as_deref(),
+        )?)
     }
 
     /// Opens the model `-m` names (or the default one).
@@ -72,17 +71,25 @@ impl ModelArgs {
     }
 
     pub fn exec_options(&self) -> ExecOptions {
-        ExecOptions {
-            threads: self
-                .threads
-                .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get())),
-            strict: self.strict,
-            trace: false,
-            repack: !self.no_repack,
-            adaptive_threads: true,
-            bf16_matmul: false,
-        }
+        exec_options(self.threads, self.strict, self.no_repack)
     }
+}
+
+/// Inference settings from the usual flags: `-t` (default: every core), `--strict`,
+/// `--no-repack`; threads give way when another process takes a core.
+pub fn exec_options(threads: Option<usize>, strict: bool, no_repack: bool) -> ExecOptions {
+    ExecOptions {
+        threads: threads.unwrap_or_else(all_cores),
+        strict,
+        repack: !no_repack,
+        adaptive_threads: true,
+        ..ExecOptions::default()
+    }
+}
+
+/// The cores this process may use.
+pub fn all_cores() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
 }
 
 #[derive(Args, Clone)]
@@ -153,7 +160,7 @@ impl SamplingArgs {
     }
 }
 
-/// Writes to stdout and flushes; a closed pipe ends output quietly.
+/// Writes to stdout and flushes; a closed pipe (e.g. `| head`) ends output quietly.
 pub fn emit(s: &str) -> Result<()> {
     let mut out = std::io::stdout().lock();
     match out.write_all(s.as_bytes()).and_then(|_| out.flush()) {

@@ -12,7 +12,6 @@ mod quantize;
 mod run;
 mod tokenize;
 mod train;
-mod train_data;
 mod train_loop;
 
 use std::process::ExitCode;
@@ -83,14 +82,5 @@ fn main() -> ExitCode {
             eprintln!("error: {msg}");
             ExitCode::FAILURE
         }
-    }
-}
-
-/// Writes `out` to stdout; a closed pipe (e.g. `| head`) is not an error worth reporting.
-pub(crate) fn print(out: &str) -> anyhow::Result<()> {
-    use std::io::Write;
-    match std::io::stdout().lock().write_all(out.as_bytes()) {
-        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
-        other => Ok(other?),
     }
 }

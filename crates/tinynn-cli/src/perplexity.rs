@@ -7,7 +7,6 @@ use std::time::Instant;
 use anyhow::{Context, Result};
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
-use tinynn_cpu::ExecOptions;
 use tinynn_models::model::Model;
 use tinynn_models::perplexity::perplexity;
 use tinynn_models::session::{Session, SessionOptions};
@@ -38,38 +37,20 @@ pub struct PerplexityArgs {
 }
 
 pub fn run(args: &PerplexityArgs) -> Result<()> {
-    let path = match &args.model {
-        Some(p) => p.clone(),
-        None => tinynn_format::model_cache::ensure_default_model()?,
-    };
+    let path = tinynn_format::model_cache::model_or_default(args.model.as_deref())?;
     let text = std::fs::read_to_string(&args.file)
         .with_context(|| format!("reading {}", args.file.display()))?;
     let model = Model::open(&path)?;
     let tokenizer = model.tokenizer()?;
     let tokens = tokenizer.encode(&text, true)?;
-    let opts = ExecOptions {
-        threads: args
-            .threads
-            .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get())),
-        strict: args.strict,
-        trace: false,
-        repack: !args.no_repack,
-        adaptive_threads: true,
-        bf16_matmul: false,
-    };
     let so = SessionOptions {
         n_ctx: args.ctx,
-        exec: opts,
+        exec: crate::generate::exec_options(args.threads, args.strict, args.no_repack),
         all_logits: true,
         ..SessionOptions::default()
     };
     let mut session = Session::with_options(model.clone(), so)
         .with_context(|| format!("loading {}", path.display()))?;
-    let bos = if tokenizer.encode("", true)?.is_empty() {
-        None
-    } else {
-        tokenizer.bos()
-    };
     let n_chunks = (tokens.len() / session.n_ctx()).min(args.chunks.unwrap_or(usize::MAX));
     eprintln!(
         "tnn perplexity: {} tokens, {n_chunks} windows of {}",
@@ -83,14 +64,20 @@ pub fn run(args: &PerplexityArgs) -> Result<()> {
     );
     let t0 = Instant::now();
     let mut running = String::new();
-    let result = perplexity(&mut session, &tokens, bos, args.chunks, |r| {
-        running.push_str(&format!("[{}]{:.4},", r.chunk, r.running_ppl));
-        bar.set_message(format!("PPL {:.4}", r.running_ppl));
-        bar.inc(1);
-    })?;
+    let result = perplexity(
+        &mut session,
+        &tokens,
+        tokenizer.added_bos(),
+        args.chunks,
+        |r| {
+            running.push_str(&format!("[{}]{:.4},", r.chunk, r.running_ppl));
+            bar.set_message(format!("PPL {:.4}", r.running_ppl));
+            bar.inc(1);
+        },
+    )?;
     bar.finish_and_clear();
     let secs = t0.elapsed().as_secs_f64();
-    crate::print(&format!(
+    crate::generate::emit(&format!(
         "{running}\nFinal estimate: PPL = {:.4} +/- {:.5}\n",
         result.ppl, result.error
     ))?;

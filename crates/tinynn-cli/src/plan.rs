@@ -25,10 +25,7 @@ pub struct PlanArgs {
 }
 
 pub fn run(args: &PlanArgs) -> Result<()> {
-    let path = match &args.model {
-        Some(p) => p.clone(),
-        None => tinynn_format::model_cache::ensure_default_model()?,
-    };
+    let path = tinynn_format::model_cache::model_or_default(args.model.as_deref())?;
     let model = tinynn_models::model::Model::open(&path)?;
     let mut session = Session::new(model, args.ctx, ExecOptions::default())
         .with_context(|| format!("loading {}", path.display()))?;
@@ -54,5 +51,5 @@ pub fn run(args: &PlanArgs) -> Result<()> {
         }
         out.push('\n');
     }
-    crate::print(&out)
+    crate::generate::emit(&out)
 }

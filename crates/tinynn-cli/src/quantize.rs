@@ -48,24 +48,13 @@ pub fn run(args: &QuantizeArgs) -> Result<()> {
             args.input.display()
         );
     }
-    let out_dir = match args.output.parent() {
-        Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
-        _ => PathBuf::from("."),
-    };
-    if !out_dir.is_dir() {
-        bail!(
-            "cannot write {}: {} is not a directory",
-            args.output.display(),
-            out_dir.display()
-        );
-    }
     let input = GgufFile::open(&args.input)?;
     let opts = Options {
         target,
         allow_requantize: args.allow_requantize,
         threads: args
             .threads
-            .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+            .unwrap_or_else(crate::generate::all_cores)
             .max(1),
     };
     let total: u64 = input.tensors().map(|t| t.n_elements()).sum();

@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 use std::time::Instant;
 
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
 use clap::Args;
 use tinynn_models::chat::Message;
 
@@ -64,16 +64,6 @@ pub fn run(args: &RunArgs) -> Result<()> {
         args.prompt.clone()
     };
     let prompt = model.tokenizer()?.encode(&text, true)?;
-    if prompt.is_empty() {
-        bail!("the prompt is empty");
-    }
-    if prompt.len() >= session.n_ctx() {
-        bail!(
-            "the prompt is {} tokens, which does not fit the context of {} (raise -c)",
-            prompt.len(),
-            session.n_ctx()
-        );
-    }
     if !args.chat {
         emit(&args.prompt)?;
     }

@@ -37,10 +37,7 @@ pub fn run(args: &TokenizeArgs) -> Result<()> {
         }
         _ => bail!("give the text with -p TEXT or -f FILE"),
     };
-    let path = match &args.model {
-        Some(p) => p.clone(),
-        None => tinynn_format::model_cache::ensure_default_model()?,
-    };
+    let path = tinynn_format::model_cache::model_or_default(args.model.as_deref())?;
     let model = Model::open(&path)?;
     let tokenizer = model.tokenizer()?;
     let ids = tokenizer.encode(&text, !args.no_bos)?;
@@ -56,5 +53,5 @@ pub fn run(args: &TokenizeArgs) -> Result<()> {
     if args.show_count {
         out.push_str(&format!("Total number of tokens: {}\n", ids.len()));
     }
-    crate::print(&out)
+    crate::generate::emit(&out)
 }

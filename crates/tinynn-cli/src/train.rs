@@ -15,10 +15,10 @@ use serde_json::json;
 use tinynn_format::gguf::GgufFile;
 use tinynn_models::tokenizer::Tokenizer;
 use tinynn_models::vocab::Vocab;
+use tinynn_train::data::Tokenization;
 use tinynn_train::scratch::{export_metadata, ScratchConfig};
 use tinynn_train::{TrainSource, Trainer};
 
-use crate::train_data::Tokenization;
 use crate::train_loop::{self, LoopArgs, Output};
 
 #[derive(Args)]
@@ -42,10 +42,7 @@ pub fn run(args: &TrainArgs) -> Result<()> {
         .with_context(|| format!("reading {}", args.config.display()))?;
     let scratch: ScratchConfig = serde_json::from_str(&text)
         .with_context(|| format!("{}: not a model config", args.config.display()))?;
-    let tok_path = match &args.tokenizer {
-        Some(p) => p.clone(),
-        None => tinynn_format::model_cache::ensure_default_model()?,
-    };
+    let tok_path = tinynn_format::model_cache::model_or_default(args.tokenizer.as_deref())?;
     let tok_file = GgufFile::open(&tok_path).with_context(|| {
         format!(
             "{}: the tokenizer must come from a GGUF file",
@@ -62,7 +59,7 @@ pub fn run(args: &TrainArgs) -> Result<()> {
             vocab.len()
         );
     }
-    let template = if la.chat_data() {
+    let template = if tinynn_train::data::is_chat(&la.data) {
         let model = tinynn_models::model::Model::open(&tok_path)?;
         Some(crate::chat::template(
             &model,

@@ -12,7 +12,7 @@ use anyhow::Result;
 use clap::{Args, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
 use tinynn_format::GgmlType;
-use tinynn_train::data::{BatchConfig, Batcher, EvalSplit};
+use tinynn_train::data::{BatchConfig, Batcher, EvalSplit, Tokenization};
 use tinynn_train::metrics::StepMetrics;
 pub use tinynn_train::train_loop::Output;
 use tinynn_train::train_loop::{
@@ -155,8 +155,7 @@ impl LoopArgs {
     }
 
     pub fn threads(&self) -> usize {
-        self.threads
-            .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+        self.threads.unwrap_or_else(crate::generate::all_cores)
     }
 
     pub fn optimizer(&self) -> Optimizer {
@@ -194,14 +193,9 @@ impl LoopArgs {
         }
     }
 
-    /// Whether the data file holds chat samples (`.jsonl`), which need a chat template.
-    pub fn chat_data(&self) -> bool {
-        self.data.extension().is_some_and(|e| e == "jsonl")
-    }
-
     /// The data file, tokenized as `tok` says, and the batcher over it.
-    pub fn batcher(&self, tok: &crate::train_data::Tokenization<'_>) -> Result<Batcher> {
-        let source = crate::train_data::open(&self.data, self.seq, tok)?;
+    pub fn batcher(&self, tok: &Tokenization<'_>) -> Result<Batcher> {
+        let source = tinynn_train::data::open(&self.data, self.seq, tok)?;
         let eval = if self.eval_frac > 0.0 {
             EvalSplit::Last {
                 fraction: self.eval_frac,

@@ -305,7 +305,7 @@ fn refusals_are_one_line_errors() {
         ),
         (
             &[src.as_ref(), unwritable.as_ref(), "Q4_0".as_ref()],
-            "cannot write",
+            "dir is not a directory",
         ),
         (
             &[dir.path().as_ref(), again.as_ref(), "Q4_0".as_ref()],

@@ -31,6 +31,11 @@ pub fn fetch_script() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../scripts/fetch-models.sh")
 }
 
+/// `path`, or when `None` the default model's ([`ensure_default_model`]).
+pub fn model_or_default(path: Option<&std::path::Path>) -> Result<PathBuf> {
+    path.map_or_else(ensure_default_model, |p| Ok(p.to_path_buf()))
+}
+
 /// The default model's path, running the fetch script first when it is not cached. The script
 /// reports its progress on stderr.
 pub fn ensure_default_model() -> Result<PathBuf> {

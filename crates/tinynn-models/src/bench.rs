@@ -6,6 +6,7 @@
 
 #![warn(missing_docs)]
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -29,6 +30,9 @@ pub struct BenchConfig {
     pub reps: usize,
     /// Threads, strict mode, repacking.
     pub exec: ExecOptions,
+    /// Other threads kept spinning during the tests (a busy machine: how much speed survives
+    /// when the cores are shared); a test's name then ends in ` busyN`.
+    pub busy: usize,
 }
 
 /// One test's result.
@@ -102,8 +106,63 @@ fn timed(
     })
 }
 
+/// Threads that spin until dropped.
+struct Busy {
+    stop: Arc<AtomicBool>,
+    threads: Vec<std::thread::JoinHandle<()>>,
+}
+
+impl Busy {
+    fn start(n: usize) -> Busy {
+        let stop = Arc::new(AtomicBool::new(false));
+        let threads = (0..n)
+            .map(|_| {
+                let stop = Arc::clone(&stop);
+                std::thread::spawn(move || {
+                    let mut x = 0u64;
+                    while !stop.load(Ordering::Relaxed) {
+                        x = std::hint::black_box(
+                            x.wrapping_mul(6364136223846793005).wrapping_add(1),
+                        );
+                    }
+                })
+            })
+            .collect();
+        Busy { stop, threads }
+    }
+}
+
+impl Drop for Busy {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+    }
+}
+
+/// Peak resident set size of this process (Linux `VmHWM`), in bytes; `None` elsewhere.
+pub fn peak_rss() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb * 1024)
+}
+
 /// Runs the tests `cfg` names on `model`.
 pub fn bench(model: &Arc<Model>, cfg: &BenchConfig) -> Result<BenchReport> {
+    let busy = Busy::start(cfg.busy);
+    let mut report = run_tests(model, cfg)?;
+    drop(busy);
+    if cfg.busy > 0 {
+        for r in &mut report.results {
+            r.test = format!("{} busy{}", r.test, cfg.busy);
+        }
+    }
+    Ok(report)
+}
+
+fn run_tests(model: &Arc<Model>, cfg: &BenchConfig) -> Result<BenchReport> {
     if cfg.reps == 0 {
         return Err(ModelError::Invalid("repetitions must be at least 1".into()));
     }

@@ -155,6 +155,13 @@ impl<B: Backend> Session<B> {
         if prompt.is_empty() {
             return Err(crate::ModelError::Invalid("the prompt is empty".into()));
         }
+        if prompt.len() >= self.n_ctx() {
+            return Err(crate::ModelError::Invalid(format!(
+                "the prompt is {} tokens, which does not fit the context of {}",
+                prompt.len(),
+                self.n_ctx()
+            )));
+        }
         let common = self
             .seq_tokens(0)
             .iter()

@@ -307,6 +307,11 @@ impl Tokenizer {
         self.bos
     }
 
+    /// The BOS token that [`Tokenizer::encode`] puts first with `special`, if it adds one.
+    pub fn added_bos(&self) -> Option<u32> {
+        self.bos.filter(|_| self.add_bos)
+    }
+
     pub fn eos(&self) -> Option<u32> {
         self.eos
     }

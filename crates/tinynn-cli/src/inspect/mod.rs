@@ -21,10 +21,7 @@ pub struct InspectArgs {
 }
 
 pub fn run(args: &InspectArgs) -> Result<()> {
-    let path = match &args.path {
-        Some(p) => p.clone(),
-        None => tinynn_format::model_cache::ensure_default_model()?,
-    };
+    let path = tinynn_format::model_cache::model_or_default(args.path.as_deref())?;
     let mut report = Report::build(&path)?;
     if args.no_tensors {
         report.tensors.clear();
@@ -34,5 +31,5 @@ pub fn run(args: &InspectArgs) -> Result<()> {
     } else {
         tinynn_models::inspect_text::render(&report)
     };
-    crate::print(&out)
+    crate::generate::emit(&out)
 }

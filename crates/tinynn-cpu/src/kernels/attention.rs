@@ -7,12 +7,12 @@ use tinynn_format::GgmlType;
 use super::{row_index, split, StepArgs, ERR_KERNEL};
 use crate::pool::Ctx;
 use crate::simd::attention_block::{self, TileIo, TileScratch, LANES};
+use crate::simd::attention_f16::{self, HeadsState, KvRows};
 
 /// Query rows from which a batch uses the blocked f32 attention (llama.cpp's CPU backend
 /// switches to its tiled f32 path at the same size); smaller batches and decode keep ggml's
 /// one-row f16 arithmetic, which greedy parity with llama.cpp depends on.
 const BLOCKED_MIN_ROWS: usize = 64;
-use crate::simd::f16_accumulate;
 
 /// Largest head size kept on the stack (the builder enforces it).
 const MAX_D: usize = 512;
@@ -167,15 +167,11 @@ fn attend_f16_cache(
 /// Query heads handled in one pass over the kv rows (their K and V rows are read once).
 const MAX_GROUP: usize = 8;
 
-/// Visible kv rows ahead of the current one whose K and V rows are prefetched: with several
-/// sequences in the cache a query's rows are strided, and each row missed the caches
-/// (SmolLM2, 4 sequences at ~150 tokens: ~90 ns a row and head, most of it waiting on loads).
-const KV_AHEAD: usize = 8;
-
 /// Each pool thread's scratch of [`attend_heads_f16`].
 #[derive(Default)]
 struct HeadScratch {
-    /// The f16 queries, `2·d` bytes a head.
+    /// The queries rounded to f16, as f32 and as f16 bytes, `d` a head.
+    q: Vec<f32>,
     q16: Vec<u8>,
     /// The value sums, `dv` a head.
     acc: Vec<f32>,
@@ -201,64 +197,50 @@ fn attend_heads_f16(
     let (q, k, v) = (a.src(0), a.src(1), a.src(2));
     let (d, dv, n) = (q.layout.ne[0], v.layout.ne[0], heads.len());
     let hk = heads.start / group;
-    HEADS.with_borrow_mut(|HeadScratch { q16, acc, rows }| {
-        if q16.len() < n * 2 * d {
-            q16.resize(n * 2 * d, 0);
-        }
-        acc.clear();
-        acc.resize(n * dv, 0.0);
-        let (mut max, mut sum) = ([f32::NEG_INFINITY; MAX_GROUP], [0f32; MAX_GROUP]);
-        for (g, h) in heads.clone().enumerate() {
-            for (j, x) in q16[g * 2 * d..][..2 * d].chunks_exact_mut(2).enumerate() {
+    HEADS.with_borrow_mut(|sc| {
+        sc.q.clear();
+        sc.q16.clear();
+        for h in heads.clone() {
+            for j in 0..d {
                 // SAFETY: (j, i, h) is inside q.
-                x.copy_from_slice(
-                    &half::f32_to_f16(unsafe { q.f32_at([j, i, h, 0]) }).to_le_bytes(),
-                );
+                let x16 = half::f32_to_f16(unsafe { q.f32_at([j, i, h, 0]) });
+                sc.q.push(half::f16_to_f32(x16));
+                sc.q16.extend(x16.to_le_bytes());
             }
         }
+        sc.acc.clear();
+        sc.acc.resize(n * dv, 0.0);
         // Mask row i: element j is `step` f32s after element j − 1 (F32, builder-checked).
         let mask_row = mask.map(|m| (m.row_f32_ptr(i, 0, 0) as *const f32, m.layout.nb[0] / 4));
-        rows.clear();
-        rows.extend((0..n_kv).filter_map(|j| {
+        sc.rows.clear();
+        sc.rows.extend((0..n_kv).filter_map(|j| {
             // SAFETY: the mask is F32 [n_kv, ≥ n_q] (builder-checked), so (j, i) is inside it.
             let m = mask_row.map_or(0.0, |(row, step)| unsafe { row.add(j * step).read() });
             (m != f32::NEG_INFINITY).then_some((j, m))
         }));
-        let (k_bytes, v_bytes) = (k.layout.row_bytes(), v.layout.row_bytes());
-        for (r, &(j, m)) in rows.iter().enumerate() {
-            if let Some(&(ahead, _)) = rows.get(r + KV_AHEAD) {
-                crate::simd::prefetch(k.row_ptr(ahead, hk, 0), k_bytes);
-                crate::simd::prefetch(v.row_ptr(ahead, hk, 0), v_bytes);
-            }
-            // SAFETY: rows (j, hk) of k and v are inside them, contiguous (builder-checked).
-            let (krow, vrow) = unsafe { (k.row(j, hk, 0), v.row(j, hk, 0)) };
-            for g in 0..n {
-                let mut s = dot(krow, &q16[g * 2 * d..][..2 * d]) * scale;
-                if softcap > 0.0 {
-                    s = softcap * (s / softcap).tanh();
-                }
-                s += m;
-                if s == f32::NEG_INFINITY {
-                    continue;
-                }
-                let (mut ms, mut vs) = (1f32, 1f32);
-                if s > max[g] {
-                    ms = (max[g] - s).exp();
-                    max[g] = s;
-                    if ms != 1.0 {
-                        f16_accumulate::scale_f16_rounded(&mut acc[g * dv..][..dv], ms);
-                    }
-                } else {
-                    vs = (s - max[g]).exp();
-                }
-                f16_accumulate::mad_f16_rounded(&mut acc[g * dv..][..dv], vrow, vs);
-                sum[g] = sum[g] * ms + vs;
-            }
-        }
+        let kv = KvRows {
+            k: k.row_ptr(0, hk, 0),
+            k_stride: k.layout.nb[1],
+            v: v.row_ptr(0, hk, 0),
+            v_stride: v.layout.nb[1],
+            rows: &sc.rows,
+            dot,
+        };
+        let (mut max, mut sum) = ([f32::NEG_INFINITY; MAX_GROUP], [0f32; MAX_GROUP]);
+        let mut st = HeadsState {
+            q: &sc.q,
+            q16: &sc.q16,
+            acc: &mut sc.acc,
+            max: &mut max[..n],
+            sum: &mut sum[..n],
+        };
+        // SAFETY: rows j < n_kv of kv head hk are inside K ([d, ≥ n_kv, kv heads] F16 with
+        // contiguous rows, builder-checked) and V (the same with dv).
+        unsafe { attention_f16::attend_rows(&kv, &mut st, scale, softcap) };
         for (g, h) in heads.enumerate() {
             let inv = if sum[g] > 0.0 { 1.0 / sum[g] } else { 0.0 };
             let out = a.dst.row_f32_ptr(h, i, 0);
-            for (c, &x) in acc[g * dv..][..dv].iter().enumerate() {
+            for (c, &x) in sc.acc[g * dv..][..dv].iter().enumerate() {
                 // SAFETY: output row (h, i) is [Dv] contiguous and this thread's.
                 unsafe { out.add(c).write(x * inv) };
             }

@@ -7,6 +7,7 @@
 
 pub(crate) mod attention_back;
 pub(crate) mod attention_block;
+pub(crate) mod attention_f16;
 #[cfg(target_arch = "x86_64")]
 mod avx2;
 #[cfg(target_arch = "x86_64")]

@@ -143,6 +143,16 @@ pub fn quantize_file(
     opts: &Options,
     progress: &mut dyn FnMut(Progress<'_>),
 ) -> Result<Report, QuantizeError> {
+    let dir = match output.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    if !dir.is_dir() {
+        return Err(QuantizeError::NoOutputDir {
+            path: output.to_path_buf(),
+            dir: dir.to_path_buf(),
+        });
+    }
     let plan = plan(input, opts)?;
     let mut converted: Vec<Option<Vec<u8>>> = Vec::with_capacity(plan.len());
     for (index, (t, view)) in plan.iter().zip(input.tensors()).enumerate() {

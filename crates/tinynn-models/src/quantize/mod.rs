@@ -44,4 +44,10 @@ pub enum QuantizeError {
     },
     #[error("tensor '{tensor}': {cause}")]
     Tensor { tensor: String, cause: String },
+    /// The output's folder is missing (checked before any work).
+    #[error("cannot write {}: {} is not a directory", path.display(), dir.display())]
+    NoOutputDir {
+        path: std::path::PathBuf,
+        dir: std::path::PathBuf,
+    },
 }

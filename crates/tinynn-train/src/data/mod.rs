@@ -6,6 +6,7 @@ mod batcher;
 mod bin;
 mod chat;
 mod error;
+mod open;
 mod source;
 mod text;
 
@@ -13,5 +14,6 @@ pub use batcher::{Batch, BatchConfig, Batcher, DataPosition, EvalSplit};
 pub use bin::BinTokens;
 pub use chat::{parse_messages, tokenize_conversation, ChatSamples};
 pub use error::DataError;
+pub use open::{is_chat, open, Tokenization};
 pub use source::{Encode, FnEncoder, Sequences, SourceStats, IGNORE, PAD_INPUT};
 pub use text::PackedText;

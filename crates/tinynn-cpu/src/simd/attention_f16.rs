@@ -1,0 +1,292 @@
+//! One query row's attention over an F16 KV cache for several query heads of one kv head, with
+//! ggml's rounding (llama.cpp's CPU flash attention at decode): q rounded to f16, each score an
+//! f16·f16 dot product, the online softmax with `expf`, and the value sum kept in f16 (every
+//! multiply-add and rescale rounded). Each head's arithmetic is exactly what it would be alone;
+//! the heads only share the reading (and f16 → f32 conversion) of every K and V row.
+//!
+//! [`attend_rows_ref`] is the generic version (the dot kernel of `dot_fn(F16)` and
+//! `f16_accumulate`); the AVX-512 one keeps the same operations in the same order, so the two
+//! agree bit for bit (tested).
+
+#[cfg(target_arch = "x86_64")]
+use std::arch::x86_64::*;
+
+use super::{f16_accumulate, Isa};
+
+/// Visible kv rows ahead of the current one whose K and V rows are prefetched: with several
+/// sequences in the cache a query's rows are strided, and each row missed the caches (SmolLM2,
+/// 4 sequences at ~150 tokens: ~90 ns a row and head, most of it waiting on loads).
+const KV_AHEAD: usize = 8;
+
+/// The K and V rows a query row attends to.
+#[derive(Clone, Copy)]
+pub(crate) struct KvRows<'a> {
+    /// Row `j` of K starts at `k + j·k_stride` (`2·d` bytes of f16), of V at `v + j·v_stride`
+    /// (`2·dv` bytes).
+    pub k: *const u8,
+    pub k_stride: usize,
+    pub v: *const u8,
+    pub v_stride: usize,
+    /// The visible rows in order, each with its mask value (never −∞).
+    pub rows: &'a [(usize, f32)],
+    /// The F16 dot kernel of this machine (`dot_fn(F16)`), for the generic path.
+    pub dot: super::DotFn,
+}
+
+/// One query row, `n` heads: `q` is `n × d` values exactly representable in f16 (and `q16`
+/// the same as little-endian f16 bytes), `acc` is
+/// `n × dv` (zeros on entry; on return the heads' unnormalized value sums), `max` and `sum`
+/// `n` each (−∞ and 0 on entry; on return each head's softmax max and denominator).
+pub(crate) struct HeadsState<'a> {
+    pub q: &'a [f32],
+    pub q16: &'a [u8],
+    pub acc: &'a mut [f32],
+    pub max: &'a mut [f32],
+    pub sum: &'a mut [f32],
+}
+
+/// Runs the online softmax of every head in `st` over `kv`'s rows.
+///
+/// # Safety
+/// Every row of `kv.rows` lies inside the K and V tensors (`2·d` and `2·dv` readable bytes at
+/// its start), with `d = q.len() / n` and `dv = acc.len() / n` for `n = max.len()`.
+pub(crate) unsafe fn attend_rows(
+    kv: &KvRows<'_>,
+    st: &mut HeadsState<'_>,
+    scale: f32,
+    softcap: f32,
+) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        let n = st.max.len();
+        let (d, dv) = (st.q.len() / n, st.acc.len() / n);
+        if Isa::detected() >= Isa::Avx512Vnni && d % 16 == 0 && dv % 16 == 0 && d <= 512 {
+            // SAFETY: AVX-512F/F16C/FMA present (checked above); rows as the caller promises.
+            return unsafe { attend_rows_avx512(kv, st, scale, softcap) };
+        }
+    }
+    // SAFETY: forwarded from the caller.
+    unsafe { attend_rows_ref(kv, st, scale, softcap) }
+}
+
+/// [`attend_rows`] with the F16 dot kernel of this machine and the `f16_accumulate` helpers.
+///
+/// # Safety
+/// As [`attend_rows`].
+pub(crate) unsafe fn attend_rows_ref(
+    kv: &KvRows<'_>,
+    st: &mut HeadsState<'_>,
+    scale: f32,
+    softcap: f32,
+) {
+    let n = st.max.len();
+    let (d, dv) = (st.q.len() / n, st.acc.len() / n);
+    let (dot, q16) = (kv.dot, st.q16);
+    for (r, &(j, m)) in kv.rows.iter().enumerate() {
+        if let Some(&(ahead, _)) = kv.rows.get(r + KV_AHEAD) {
+            super::prefetch(kv.k.wrapping_add(ahead * kv.k_stride), 2 * d);
+            super::prefetch(kv.v.wrapping_add(ahead * kv.v_stride), 2 * dv);
+        }
+        // SAFETY: row j of K and V holds 2·d and 2·dv bytes (caller).
+        let (krow, vrow) = unsafe {
+            (
+                std::slice::from_raw_parts(kv.k.add(j * kv.k_stride), 2 * d),
+                std::slice::from_raw_parts(kv.v.add(j * kv.v_stride), 2 * dv),
+            )
+        };
+        for g in 0..n {
+            let s = dot(krow, &q16[g * 2 * d..][..2 * d]) * scale;
+            let Some((ms, vs)) = softmax_step(s, softcap, m, &mut st.max[g]) else {
+                continue;
+            };
+            let acc = &mut st.acc[g * dv..][..dv];
+            if ms != 1.0 {
+                f16_accumulate::scale_f16_rounded(acc, ms);
+            }
+            f16_accumulate::mad_f16_rounded(acc, vrow, vs);
+            st.sum[g] = st.sum[g] * ms + vs;
+        }
+    }
+}
+
+/// One row of a head's online softmax: the score `s` (scaled), capped, masked; `None` when it
+/// is −∞, else the factor the old sum and values scale by and the row's weight.
+#[inline]
+fn softmax_step(mut s: f32, softcap: f32, m: f32, max: &mut f32) -> Option<(f32, f32)> {
+    if softcap > 0.0 {
+        s = softcap * (s / softcap).tanh();
+    }
+    s += m;
+    if s == f32::NEG_INFINITY {
+        return None;
+    }
+    Some(if s > *max {
+        let ms = (*max - s).exp();
+        *max = s;
+        (ms, 1.0)
+    } else {
+        (1.0, (s - *max).exp())
+    })
+}
+
+/// [`attend_rows`] in AVX-512: each K and V row converted to f32 once for all heads, the dot
+/// product, rescale and multiply-add of each head in the order of the generic kernels.
+///
+/// # Safety
+/// As [`attend_rows`], plus AVX-512F, F16C and FMA present, `d` and `dv` multiples of 16,
+/// `d ≤ 512`.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx2,fma,f16c")]
+unsafe fn attend_rows_avx512(kv: &KvRows<'_>, st: &mut HeadsState<'_>, scale: f32, softcap: f32) {
+    let n = st.max.len();
+    let (d, dv) = (st.q.len() / n, st.acc.len() / n);
+    let (qp, ap) = (st.q.as_ptr(), st.acc.as_mut_ptr());
+    let mut kf = [_mm512_setzero_ps(); 32];
+    for (r, &(j, m)) in kv.rows.iter().enumerate() {
+        if let Some(&(ahead, _)) = kv.rows.get(r + KV_AHEAD) {
+            super::prefetch(kv.k.wrapping_add(ahead * kv.k_stride), 2 * d);
+            super::prefetch(kv.v.wrapping_add(ahead * kv.v_stride), 2 * dv);
+        }
+        // SAFETY: row j of K holds d f16s, of V dv f16s (caller); q holds n·d f32s and acc
+        // n·dv; every index below stays inside those.
+        unsafe {
+            let (krow, vrow) = (kv.k.add(j * kv.k_stride), kv.v.add(j * kv.v_stride));
+            for (c, kc) in kf.iter_mut().enumerate().take(d / 16) {
+                *kc = _mm512_cvtph_ps(_mm256_loadu_si256(krow.add(32 * c) as *const __m256i));
+            }
+            for g in 0..n {
+                // The F16 dot kernel's order: one accumulator over the chunks, then its sum.
+                let mut dot = _mm512_setzero_ps();
+                for (c, &kc) in kf.iter().enumerate().take(d / 16) {
+                    dot = _mm512_fmadd_ps(kc, _mm512_loadu_ps(qp.add(g * d + 16 * c)), dot);
+                }
+                let s = _mm512_reduce_add_ps(dot) * scale;
+                let Some((ms, vs)) = softmax_step(s, softcap, m, &mut st.max[g]) else {
+                    continue;
+                };
+                let acc = ap.add(g * dv);
+                let (msv, vsv) = (_mm512_set1_ps(ms), _mm512_set1_ps(vs));
+                for c in 0..dv / 16 {
+                    let mut a = _mm512_loadu_ps(acc.add(16 * c));
+                    if ms != 1.0 {
+                        a = round16(_mm512_mul_ps(a, msv));
+                    }
+                    let vc =
+                        _mm512_cvtph_ps(_mm256_loadu_si256(vrow.add(32 * c) as *const __m256i));
+                    _mm512_storeu_ps(acc.add(16 * c), round16(_mm512_fmadd_ps(vc, vsv, a)));
+                }
+                st.sum[g] = st.sum[g] * ms + vs;
+            }
+        }
+    }
+}
+
+/// Each lane rounded to the nearest f16 (ties to even), as f32.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,f16c")]
+fn round16(x: __m512) -> __m512 {
+    _mm512_cvtph_ps(_mm512_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(x))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tinynn_core::quant::half;
+    use tinynn_format::GgmlType;
+
+    fn noise(n: usize, seed: &mut u64, amp: f32) -> Vec<f32> {
+        (0..n)
+            .map(|_| {
+                *seed ^= *seed << 13;
+                *seed ^= *seed >> 7;
+                *seed ^= *seed << 17;
+                ((*seed >> 40) as f32 / (1u64 << 24) as f32 - 0.5) * 2.0 * amp
+            })
+            .collect()
+    }
+
+    fn f16_bytes(x: &[f32]) -> Vec<u8> {
+        x.iter()
+            .flat_map(|&v| half::f32_to_f16(v).to_le_bytes())
+            .collect()
+    }
+
+    type Result4 = (Vec<f32>, Vec<f32>, Vec<f32>);
+
+    fn run(
+        f: unsafe fn(&KvRows<'_>, &mut HeadsState<'_>, f32, f32),
+        kv: &KvRows<'_>,
+        q: &[f32],
+        (n, dv): (usize, usize),
+        softcap: f32,
+    ) -> Result4 {
+        let (mut acc, mut max, mut sum) =
+            (vec![0.0; n * dv], vec![f32::NEG_INFINITY; n], vec![0.0; n]);
+        let q16 = f16_bytes(q);
+        let mut st = HeadsState {
+            q,
+            q16: &q16,
+            acc: &mut acc,
+            max: &mut max,
+            sum: &mut sum,
+        };
+        // SAFETY: the rows index inside the K and V buffers of the caller.
+        unsafe { f(kv, &mut st, 0.125, softcap) };
+        (acc, max, sum)
+    }
+
+    /// The dispatching kernel (AVX-512 where present) equals the generic one bit for bit, over
+    /// head counts, sizes, masks (skipped and biased rows), softcap and row strides.
+    #[test]
+    fn fast_path_equals_generic_bit_for_bit() {
+        let mut seed = 0x9E37_79B9_7F4A_7C15u64;
+        for &(n, d, dv, n_rows) in &[
+            (1, 64, 64, 1),
+            (3, 64, 64, 37),
+            (2, 128, 128, 200),
+            (8, 64, 64, 513),
+            (4, 256, 256, 50),
+            (5, 16, 32, 9),
+            (2, 48, 80, 17),
+        ] {
+            for softcap in [0.0, 30.0] {
+                let stride_rows = 3; // rows interleaved with two other sequences'
+                let k = f16_bytes(&noise(n_rows * stride_rows * d, &mut seed, 2.0));
+                let v = f16_bytes(&noise(n_rows * stride_rows * dv, &mut seed, 1.0));
+                let q: Vec<f32> = noise(n * d, &mut seed, 3.0)
+                    .into_iter()
+                    .map(|x| half::f16_to_f32(half::f32_to_f16(x)))
+                    .collect();
+                let bias = noise(n_rows, &mut seed, 1.0);
+                let rows: Vec<(usize, f32)> = (0..n_rows)
+                    .filter(|r| r % 5 != 3)
+                    .map(|r| {
+                        (
+                            r * stride_rows + r % stride_rows,
+                            if r % 4 == 0 { bias[r] } else { 0.0 },
+                        )
+                    })
+                    .collect();
+                let kv = KvRows {
+                    k: k.as_ptr(),
+                    k_stride: 2 * d,
+                    v: v.as_ptr(),
+                    v_stride: 2 * dv,
+                    rows: &rows,
+                    dot: crate::simd::dot_fn(GgmlType::F16).unwrap(),
+                };
+                let fast = run(attend_rows, &kv, &q, (n, dv), softcap);
+                let slow = run(attend_rows_ref, &kv, &q, (n, dv), softcap);
+                let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                assert_eq!(
+                    bits(&fast.0),
+                    bits(&slow.0),
+                    "acc n{n} d{d} dv{dv} rows{n_rows}"
+                );
+                assert_eq!(bits(&fast.1), bits(&slow.1), "max n{n} d{d}");
+                assert_eq!(bits(&fast.2), bits(&slow.2), "sum n{n} d{d}");
+                assert!(fast.2.iter().all(|&s| s > 0.0));
+            }
+        }
+    }
+}
