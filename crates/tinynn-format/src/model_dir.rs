@@ -8,7 +8,7 @@ use serde::Deserialize;
 
 use crate::error::{Error, Result};
 use crate::hf_config::HfConfig;
-use crate::safetensors::SafetensorsFile;
+use crate::safetensors::{Dtype, SafetensorsFile};
 
 /// JSON side files (config, index) larger than this are refused rather than read into memory.
 pub const MAX_JSON_BYTES: u64 = 64 << 20;
@@ -46,6 +46,11 @@ pub struct HfModelDir {
     pub tokenizer_json: Option<PathBuf>,
     /// Tensor name → index into `shards`.
     tensor_shard: HashMap<String, usize>,
+    /// The 1-D F16 and BF16 tensors (norm weights, biases) converted to F32 once at open, back
+    /// to back: the ops that read them (mul, add) take F32, and they are small.
+    upcast: Vec<f32>,
+    /// Tensor name → its element range in `upcast`.
+    upcast_at: HashMap<String, std::ops::Range<usize>>,
 }
 
 impl HfModelDir {
@@ -103,6 +108,25 @@ impl HfModelDir {
             check_index_matches(&index_path, &shard_names, &tensor_shard)?;
         }
 
+        let (mut upcast, mut upcast_at) = (Vec::new(), HashMap::new());
+        for shard in &shards {
+            for t in shard.tensors() {
+                let to_f32: fn([u8; 2]) -> f32 = match t.dtype {
+                    Dtype::F16 => |b| half::f16::from_le_bytes(b).to_f32(),
+                    Dtype::BF16 => |b| half::bf16::from_le_bytes(b).to_f32(),
+                    _ => continue,
+                };
+                if t.shape.len() != 1 {
+                    continue;
+                }
+                // The bytes are present (parsing checked them), so this grows by at most twice
+                // their size.
+                let start = upcast.len();
+                let data = shard.tensor_data(t);
+                upcast.extend(data.chunks_exact(2).map(|b| to_f32([b[0], b[1]])));
+                upcast_at.insert(t.name.clone(), start..upcast.len());
+            }
+        }
         let tokenizer = dir.join(TOKENIZER_FILE);
         Ok(HfModelDir {
             dir,
@@ -110,7 +134,20 @@ impl HfModelDir {
             shards,
             tokenizer_json: tokenizer.is_file().then_some(tokenizer),
             tensor_shard,
+            upcast,
+            upcast_at,
         })
+    }
+
+    /// The F32 copy of 1-D F16 / BF16 tensor `name` (little-endian bytes), made at open.
+    pub fn upcast(&self, name: &str) -> Option<&[u8]> {
+        let range = self.upcast_at.get(name)?;
+        Some(&self.upcast_bytes()[4 * range.start..4 * range.end])
+    }
+
+    /// Every F32 copy of [`HfModelDir::upcast`], back to back.
+    pub fn upcast_bytes(&self) -> &[u8] {
+        bytemuck::cast_slice(&self.upcast)
     }
 
     /// The weight file holding `name`, and the tensor.

@@ -41,12 +41,14 @@ pub mod weights;
 pub enum ModelError {
     #[error(transparent)]
     Format(#[from] tinynn_format::Error),
+    // The causes of `Config` and `Graph` are in their messages, not their sources: a
+    // report that walks the source chain would say them twice.
     #[error("model config: {0}")]
-    Config(#[from] tinynn_format::model_config::ConfigError),
+    Config(tinynn_format::model_config::ConfigError),
     #[error(transparent)]
     Gguf(#[from] tinynn_format::GgufError),
     #[error("building the graph: {0}")]
-    Graph(#[from] tinynn_core::graph::GraphError),
+    Graph(tinynn_core::graph::GraphError),
     /// A backend's error (whatever backend runs the session).
     #[error(transparent)]
     Backend(Box<dyn std::error::Error + Send + Sync>),
@@ -72,6 +74,18 @@ pub enum ModelError {
     ContextFull(usize),
     #[error("{0}")]
     Invalid(String),
+}
+
+impl From<tinynn_format::model_config::ConfigError> for ModelError {
+    fn from(e: tinynn_format::model_config::ConfigError) -> Self {
+        ModelError::Config(e)
+    }
+}
+
+impl From<tinynn_core::graph::GraphError> for ModelError {
+    fn from(e: tinynn_core::graph::GraphError) -> Self {
+        ModelError::Graph(e)
+    }
 }
 
 pub type Result<T> = std::result::Result<T, ModelError>;

@@ -207,7 +207,12 @@ impl Model {
     fn region_bytes(&self, i: usize) -> Option<&[u8]> {
         match &self.files {
             Files::Gguf(f) => (i == 0).then(|| f.bytes()),
-            Files::Hf(d) => d.shards.get(i).map(|s| s.bytes()),
+            // The shards, then the F32 copies of the small half-precision tensors.
+            Files::Hf(d) => match i.cmp(&d.shards.len()) {
+                std::cmp::Ordering::Less => Some(d.shards[i].bytes()),
+                std::cmp::Ordering::Equal => Some(d.upcast_bytes()),
+                std::cmp::Ordering::Greater => None,
+            },
         }
     }
 

@@ -76,19 +76,27 @@ impl<'a> WeightSource<'a> {
                 let Some((file, t)) = d.tensor(&hf) else {
                     return Ok(None);
                 };
+                let dims = t.shape.iter().rev().map(|&d| d as u64).collect();
+                if let Some(data) = d.upcast(&hf) {
+                    return Ok(Some(Weight {
+                        dtype: GgmlType::F32,
+                        dims,
+                        data,
+                    }));
+                }
                 let dtype = match t.dtype {
                     Dtype::F32 => GgmlType::F32,
                     Dtype::F16 => GgmlType::F16,
                     Dtype::BF16 => GgmlType::Bf16,
                     other => {
                         return Err(ModelError::Invalid(format!(
-                            "{hf}: {other:?} weights are not supported"
+                            "{hf}: {other:?} weights are not supported (F32, F16 and BF16 are: convert the checkpoint to one of them)"
                         )))
                     }
                 };
                 Ok(Some(Weight {
                     dtype,
-                    dims: t.shape.iter().rev().map(|&d| d as u64).collect(),
+                    dims,
                     data: file.tensor_data(t),
                 }))
             }
