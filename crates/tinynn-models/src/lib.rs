@@ -89,3 +89,35 @@ impl From<tinynn_core::graph::GraphError> for ModelError {
 }
 
 pub type Result<T> = std::result::Result<T, ModelError>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A report that prints a message, then its source chain, says each cause once.
+    fn report(e: &dyn std::error::Error) -> String {
+        let mut s = e.to_string();
+        let mut cause = e.source();
+        while let Some(c) = cause {
+            s += &format!(": {c}");
+            cause = c.source();
+        }
+        s
+    }
+
+    #[test]
+    fn causes_are_said_once() {
+        let config = ModelError::from(tinynn_format::model_config::ConfigError::Missing(
+            "n_embd".into(),
+        ));
+        assert_eq!(report(&config), "model config: missing n_embd");
+        let mut g = tinynn_core::graph::Graph::new();
+        let a = g.input("a", tinynn_format::GgmlType::F32, &[4]).unwrap();
+        let b = g.input("b", tinynn_format::GgmlType::F32, &[5]).unwrap();
+        let e = ModelError::from(g.add(a, b).unwrap_err());
+        let text = report(&e);
+        assert!(text.starts_with("building the graph: "), "{text}");
+        let cause = text.trim_start_matches("building the graph: ");
+        assert_eq!(text.matches(cause).count(), 1, "{text}");
+    }
+}
