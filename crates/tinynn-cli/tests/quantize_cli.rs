@@ -322,6 +322,11 @@ fn refusals_are_one_line_errors() {
         );
         assert!(!again.exists(), "{args:?} wrote a file");
     }
+    // Dequantizing to F32 adds no error, so it needs no flag.
+    let f32_out = dir.path().join("f32.gguf");
+    let out = quantize(&[q8.as_ref(), f32_out.as_ref(), "F32".as_ref()]);
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    assert!(f32_out.exists());
     // With the flag, requantizing works.
     let out = quantize(&[
         q8.as_ref(),

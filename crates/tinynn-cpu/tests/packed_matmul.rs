@@ -1,4 +1,4 @@
-//! Packed weights (16 interleaved rows for the VNNI kernels; Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, F16): the packed layout's scalar
+//! Packed weights (16 interleaved rows for the VNNI kernels; Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, F16, BF16, F32): the packed layout's scalar
 //! reference equals the file format's reference dot product, the SIMD kernel equals the packed
 //! reference, and a graph's matrix product gives the same numbers with and without a packed
 //! copy bound, on 1, 2 and 3 threads.
@@ -11,7 +11,7 @@ use tinynn_cpu::packed::{self, PackedWeight, ACT_BLOCK_BYTES};
 use tinynn_cpu::{Executor, Memory};
 use tinynn_format::GgmlType;
 
-const FORMATS: [GgmlType; 7] = [
+const FORMATS: [GgmlType; 8] = [
     GgmlType::Q4_0,
     GgmlType::Q4_1,
     GgmlType::Q5_0,
@@ -19,6 +19,7 @@ const FORMATS: [GgmlType; 7] = [
     GgmlType::Q8_0,
     GgmlType::F16,
     GgmlType::Bf16,
+    GgmlType::F32,
 ];
 
 fn noise(n: usize, seed: u64) -> Vec<f32> {
@@ -73,6 +74,8 @@ fn reference_dot(ty: GgmlType, k: usize, row: &[u8], act: &[u8]) -> f32 {
                 .collect();
             quant::vec_dot(ty, k, row, &f16).unwrap()
         }
+        // F32's dot type is F32: the packed activations are the values themselves.
+        GgmlType::F32 => quant::vec_dot(ty, k, row, act).unwrap(),
         _ => unreachable!(),
     }
 }
@@ -88,6 +91,7 @@ fn check_float_activations(ty: GgmlType, x: &[f32], acts: &[u8]) {
             .iter()
             .flat_map(|&v| half::bf16::from_f32(v).to_le_bytes())
             .collect(),
+        GgmlType::F32 => x.iter().flat_map(|&v| v.to_le_bytes()).collect(),
         _ => return,
     };
     assert!(
@@ -154,7 +158,7 @@ fn pack_refuses_what_it_cannot_pack() {
     assert!(packed::pack_always(GgmlType::Q4_1, [64, 1, 2, 1], &w).is_none());
     assert!(packed::pack_always(GgmlType::Q4_0, [64, 2, 1, 1], &w[..71]).is_none());
     assert!(packed::pack_always(GgmlType::Q4K, [256, 1, 1, 1], &[0u8; 144]).is_none());
-    assert!(packed::pack_always(GgmlType::F32, [64, 2, 1, 1], &[0u8; 512]).is_none());
+    assert!(packed::pack_always(GgmlType::Q6K, [256, 2, 1, 1], &[0u8; 420]).is_none());
 }
 
 /// One `w · x` through the executor, optionally with a packed copy of `w` bound.

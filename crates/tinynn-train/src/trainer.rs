@@ -216,16 +216,18 @@ impl<B: Backend> Trainer<B> {
         let mut eval = eval_pass(b, arch, hp, specs, fz, lora, shape)?;
         let mut grad = grad;
         // A frozen base (QLoRA) keeps its file type; where the backend has packed kernels its
-        // products read one packed copy, shared by both passes (never in strict mode).
+        // products read one packed copy, shared by both passes (never in strict mode). An F32
+        // base stays unpacked: training's F32 products are the f32 GEMM (and its bf16 option).
         for (i, f) in fz.iter().enumerate() {
             let (gt, et) = (grad.frozen[i], eval.frozen[i]);
             let bytes = f.bytes.as_bytes();
-            let packed = if cfg.strict || f.dims.len() > 2 {
-                None
-            } else {
-                let ne = [f.dims[0], f.dims.get(1).copied().unwrap_or(1), 1, 1];
-                backend.pack(f.dtype, ne, bytes)
-            };
+            let packed =
+                if cfg.strict || f.dims.len() > 2 || f.dtype == tinynn_format::GgmlType::F32 {
+                    None
+                } else {
+                    let ne = [f.dims[0], f.dims.get(1).copied().unwrap_or(1), 1, 1];
+                    backend.pack(f.dtype, ne, bytes)
+                };
             let Some(p) = packed else {
                 let written = backend.write(&mut grad.mem, &grad.plan, gt, 0, bytes);
                 written.map_err(backend_err)?;

@@ -115,7 +115,9 @@ pub fn plan(file: &GgufFile, opts: &Options) -> Result<Vec<TensorPlan>, Quantize
         })
         .collect();
     let converted = || plan.iter().filter(|t| t.converts());
+    // Dequantizing to F32 is exact: only a quantized or half-precision target adds error.
     let mut requantized: Vec<GgmlType> = converted()
+        .filter(|t| t.choice.ty != GgmlType::F32)
         .map(|t| t.from)
         .filter(|ty| ty.is_quantized())
         .collect();

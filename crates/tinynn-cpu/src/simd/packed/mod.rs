@@ -18,6 +18,7 @@
 
 mod bf16x16;
 mod f16x16;
+mod f32x16;
 mod nibbles;
 mod q4_0x16;
 mod q4_1x16;
@@ -81,6 +82,8 @@ pub enum PackKind {
     F16x16,
     /// From BF16: 16 × (16 rows × bf16 pair) = 1024 B (needs AVX-512 BF16).
     Bf16x16,
+    /// From F32: 32 × (16 rows × f32) = 2048 B.
+    F32x16,
 }
 
 /// How a kind wants its activation rows.
@@ -94,6 +97,8 @@ pub enum ActFormat {
     F32RoundedF16,
     /// bf16 values, 2 bytes each.
     Bf16,
+    /// f32 values as they are, 4 bytes each.
+    F32,
 }
 
 impl PackKind {
@@ -106,6 +111,7 @@ impl PackKind {
             GgmlType::Q8_0 => Some(PackKind::Q8_0x16),
             GgmlType::F16 => Some(PackKind::F16x16),
             GgmlType::Bf16 => Some(PackKind::Bf16x16),
+            GgmlType::F32 => Some(PackKind::F32x16),
             _ => None,
         }
     }
@@ -119,6 +125,7 @@ impl PackKind {
             PackKind::Q5_1x16 => nibbles::block_bytes(true, true),
             PackKind::Q8_0x16 => 544,
             PackKind::F16x16 | PackKind::Bf16x16 => 1024,
+            PackKind::F32x16 => 2048,
         }
     }
 
@@ -131,6 +138,7 @@ impl PackKind {
             PackKind::Q5_1x16 => 24,
             PackKind::Q8_0x16 => 34,
             PackKind::F16x16 | PackKind::Bf16x16 => 64,
+            PackKind::F32x16 => 128,
         }
     }
 
@@ -140,6 +148,7 @@ impl PackKind {
             PackKind::Q4_0x16 | PackKind::Q5_0x16 | PackKind::Q8_0x16 => ActFormat::Q8_1IntSum,
             PackKind::F16x16 => ActFormat::F32RoundedF16,
             PackKind::Bf16x16 => ActFormat::Bf16,
+            PackKind::F32x16 => ActFormat::F32,
         }
     }
 
@@ -152,6 +161,7 @@ impl PackKind {
             PackKind::Q8_0x16 => q8_0x16::pack_block(src, r, dst),
             PackKind::F16x16 => f16x16::pack_block(src, r, dst),
             PackKind::Bf16x16 => bf16x16::pack_block(src, r, dst),
+            PackKind::F32x16 => f32x16::pack_block(src, r, dst),
         }
     }
 
@@ -198,6 +208,7 @@ impl PackKind {
                     dst[4 * p..][..4].copy_from_slice(&src[64 * p + 4 * r..][..4]);
                 }
             }
+            PackKind::F32x16 => f32x16::unpack_block(src, r, dst),
         }
     }
 
@@ -211,6 +222,7 @@ impl PackKind {
             PackKind::Q8_0x16 => q8_0x16::dot_ref(w, nb, r, x),
             PackKind::F16x16 => f16x16::dot_ref(w, nb, r, x),
             PackKind::Bf16x16 => bf16x16::dot_ref(w, nb, r, x),
+            PackKind::F32x16 => f32x16::dot_ref(w, nb, r, x),
         }
     }
 
@@ -218,7 +230,7 @@ impl PackKind {
     /// FMAs per weight load; the quantized kinds' unpacked weights fill half the registers.
     fn max_tile(self) -> usize {
         match self {
-            PackKind::F16x16 | PackKind::Bf16x16 => 16,
+            PackKind::F16x16 | PackKind::Bf16x16 | PackKind::F32x16 => 16,
             _ => 8,
         }
     }
@@ -255,6 +267,11 @@ impl PackKind {
                 16.. => (bf16x16::tile::<16>, 16),
                 12.. => (bf16x16::tile::<12>, 12),
                 _ => pick!(bf16x16::tile),
+            },
+            PackKind::F32x16 => match n {
+                16.. => (f32x16::tile::<16>, 16),
+                12.. => (f32x16::tile::<12>, 12),
+                _ => pick!(f32x16::tile),
             },
         }
     }
@@ -433,7 +450,7 @@ impl PackedWeight {
     pub fn activation_bytes(&self, n: usize) -> usize {
         match self.kind.activation_format() {
             ActFormat::Q8_1 | ActFormat::Q8_1IntSum => n / BLOCK * ACT_BLOCK_BYTES,
-            ActFormat::F32RoundedF16 => n * 4,
+            ActFormat::F32RoundedF16 | ActFormat::F32 => n * 4,
             ActFormat::Bf16 => n * 2,
         }
     }
@@ -452,6 +469,11 @@ impl PackedWeight {
             ActFormat::Q8_1IntSum => quantize_q8::q8_1_row(x, out, true),
             ActFormat::F32RoundedF16 => quantize_q8::round_f16_row(x, out),
             ActFormat::Bf16 => quantize_q8::bf16_row(x, out),
+            ActFormat::F32 => {
+                for (o, v) in out.chunks_exact_mut(4).zip(x) {
+                    o.copy_from_slice(&v.to_le_bytes());
+                }
+            }
         }
     }
 
