@@ -133,9 +133,21 @@ pub enum ConfigError {
         value: String,
         why: &'static str,
     },
+    /// A value past what any real model needs and what buffers sized from it can hold.
+    #[error("{field} is {value}: more than the limit of {max}")]
+    TooLarge { field: String, value: u64, max: u64 },
     #[error(transparent)]
     Gguf(#[from] GgufError),
 }
+
+/// Most transformer blocks a config may have.
+pub const MAX_LAYERS: u64 = 4096;
+/// Largest embedding length, FFN length and attention width (heads × head dimension).
+pub const MAX_WIDTH: u64 = 1 << 20;
+/// Largest head count and head dimension.
+pub const MAX_HEAD: u64 = 1 << 14;
+/// Largest vocabulary (token ids are below 2^31).
+pub const MAX_VOCAB: u64 = (1 << 31) - 1;
 
 fn need(v: Option<u64>, what: &str) -> Result<u64, ConfigError> {
     v.ok_or_else(|| ConfigError::Missing(what.to_string()))
@@ -176,7 +188,79 @@ fn assemble(mut c: ModelConfig, head_dim: Option<u64>) -> Result<ModelConfig, Co
             ))
         }
     };
+    check_limits(&c)?;
     Ok(c)
+}
+
+/// Every size within the `MAX_*` limits (checked before anything is sized from them), and
+/// the floats finite and positive where they must be.
+fn check_limits(c: &ModelConfig) -> Result<(), ConfigError> {
+    let at_most = |field: &str, value: u64, max: u64| {
+        if value > max {
+            Err(ConfigError::TooLarge {
+                field: field.into(),
+                value,
+                max,
+            })
+        } else {
+            Ok(())
+        }
+    };
+    at_most("block count", c.n_layer, MAX_LAYERS)?;
+    at_most("embedding length", c.n_embd, MAX_WIDTH)?;
+    at_most("head count", c.n_head, MAX_HEAD)?;
+    at_most("head dimension", c.head_dim, MAX_HEAD)?;
+    // Both factors are at most 2^14, so the product cannot overflow.
+    at_most(
+        "attention width (heads × head dimension)",
+        c.n_head * c.head_dim,
+        MAX_WIDTH,
+    )?;
+    let at_least_1 = |field: &str, v: u64| {
+        if v == 0 {
+            Err(ConfigError::Invalid {
+                field: field.into(),
+                value: "0".into(),
+                why: "must be at least 1",
+            })
+        } else {
+            Ok(())
+        }
+    };
+    if let Some(ff) = c.n_ff {
+        at_least_1("feed-forward length", ff)?;
+        at_most("feed-forward length", ff, MAX_WIDTH)?;
+    }
+    if let Some(v) = c.n_vocab {
+        at_least_1("vocabulary size", v)?;
+        at_most("vocabulary size", v, MAX_VOCAB)?;
+    }
+    if let Some(r) = c.rope_dims {
+        at_most("RoPE dimension count", r, c.head_dim)?;
+    }
+    let positive = |field: &str, v: Option<f64>, zero_ok: bool| match v {
+        Some(x) if !x.is_finite() || x < 0.0 || (x == 0.0 && !zero_ok) => {
+            Err(ConfigError::Invalid {
+                field: field.into(),
+                value: x.to_string(),
+                why: if zero_ok {
+                    "must be finite and not negative"
+                } else {
+                    "must be finite and positive"
+                },
+            })
+        }
+        _ => Ok(()),
+    };
+    positive("norm epsilon", c.norm_eps, true)?;
+    positive("RoPE frequency base", c.rope_freq_base, false)?;
+    let factor = match c.rope_scaling {
+        RopeScaling::Linear { factor }
+        | RopeScaling::Yarn { factor, .. }
+        | RopeScaling::Llama3 { factor, .. } => Some(factor),
+        _ => None,
+    };
+    positive("RoPE scaling factor", factor, false)
 }
 
 impl ModelConfig {
@@ -228,7 +312,17 @@ impl ModelConfig {
             rope_scaling,
             tie_word_embeddings: Some(!has_output && g.tensor_info("token_embd.weight").is_some()),
         };
-        assemble(config, g.get_u64(Key::KeyLength)?)
+        let config = assemble(config, g.get_u64(Key::KeyLength)?)?;
+        // A file with weights must hold its last block (a vocabulary-only file holds none).
+        let last = format!("blk.{}.", config.n_layer - 1);
+        if !g.tensors().is_empty() && !g.tensors().iter().any(|t| t.name.starts_with(&last)) {
+            return Err(ConfigError::Invalid {
+                field: key(Key::BlockCount),
+                value: config.n_layer.to_string(),
+                why: "the file has no tensors of its last block",
+            });
+        }
+        Ok(config)
     }
 
     /// From a parsed `config.json`.
@@ -279,7 +373,7 @@ impl ModelConfig {
             n_ff: c
                 .intermediate_size
                 .or(c.n_inner)
-                .or(gpt2.then_some(4 * n_embd)),
+                .or(gpt2.then_some(n_embd.saturating_mul(4))),
             norm_eps: c.rms_norm_eps.or(c.layer_norm_epsilon),
             rope_dims: None,
             rope_freq_base: if gpt2 {
@@ -293,6 +387,13 @@ impl ModelConfig {
         let mut config = assemble(config, c.head_dim)?;
         if !gpt2 {
             let fraction = c.partial_rotary_factor.unwrap_or(1.0);
+            if !(fraction > 0.0 && fraction <= 1.0) {
+                return Err(ConfigError::Invalid {
+                    field: "partial_rotary_factor".into(),
+                    value: fraction.to_string(),
+                    why: "must be in (0, 1]",
+                });
+            }
             config.rope_dims = Some((config.head_dim as f64 * fraction).round() as u64);
         }
         Ok(config)

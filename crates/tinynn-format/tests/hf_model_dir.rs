@@ -185,6 +185,59 @@ fn inconsistent_configs_are_errors() {
         (json!({"num_key_value_heads": 3}), "must divide"),
         (json!({"hidden_size": 66}), "not a multiple"),
         (json!({"model_type": null}), "model_type"),
+        // Hostile sizes are refused before anything is sized from them, naming key, value and
+        // limit.
+        (
+            json!({"num_hidden_layers": 1u64 << 45}),
+            "block count is 35184372088832: more than the limit of 4096",
+        ),
+        (
+            json!({"hidden_size": 1u64 << 40, "num_attention_heads": 1, "num_key_value_heads": 1}),
+            "embedding length is 1099511627776: more than the limit of 1048576",
+        ),
+        (
+            json!({"num_attention_heads": 1 << 15, "num_key_value_heads": 1 << 15, "hidden_size": 1 << 15}),
+            "head count is 32768",
+        ),
+        (json!({"head_dim": 1 << 15}), "head dimension is 32768"),
+        (
+            json!({"head_dim": 1 << 14, "num_attention_heads": 128, "num_key_value_heads": 128}),
+            "attention width",
+        ),
+        (
+            json!({"intermediate_size": 1u64 << 30}),
+            "feed-forward length is 1073741824",
+        ),
+        (
+            json!({"intermediate_size": 0}),
+            "feed-forward length is 0: must be at least 1",
+        ),
+        (
+            json!({"vocab_size": 4294967295u64}),
+            "vocabulary size is 4294967295",
+        ),
+        (json!({"vocab_size": 0}), "vocabulary size is 0"),
+        (
+            json!({"partial_rotary_factor": 1e9}),
+            "partial_rotary_factor is 1000000000: must be in (0, 1]",
+        ),
+        (
+            json!({"partial_rotary_factor": 0.0}),
+            "partial_rotary_factor is 0",
+        ),
+        (
+            json!({"rope_theta": -1.0}),
+            "RoPE frequency base is -1: must be finite and positive",
+        ),
+        (json!({"rms_norm_eps": -1.0}), "norm epsilon is -1"),
+        (
+            json!({"rope_scaling": {"rope_type": "linear", "factor": 0.0}}),
+            "RoPE scaling factor is 0",
+        ),
+        (
+            json!({"model_type": "gpt2", "n_embd": 1u64 << 62, "hidden_size": null, "intermediate_size": null, "num_attention_heads": 1, "num_key_value_heads": 1}),
+            "embedding length is 4611686018427387904",
+        ),
     ] {
         let mut c = llama_config();
         for (k, v) in patch.as_object().unwrap() {
@@ -314,4 +367,38 @@ fn model_dir_problems_are_clear() {
     );
     let err = HfModelDir::open(dir.path()).err().unwrap().to_string();
     assert!(err.contains("more than one weight file"), "{err}");
+}
+
+/// A GGUF whose block count names blocks the file does not hold is refused before any buffer
+/// is sized from it; a vocabulary-only file (no tensors) is not held to it.
+#[test]
+fn gguf_block_count_must_match_the_blocks_present() {
+    use tinynn_format::gguf::{Gguf, GgufWriter, Key, Value};
+    use tinynn_format::GgmlType;
+    let data = [0u8; 64 * 4];
+    let config = |blocks: u32, with_tensors: bool| {
+        let mut w = GgufWriter::new();
+        w.set_str("general.architecture", "llama");
+        w.set_key(Key::BlockCount, Value::U32(blocks)).unwrap();
+        w.set_key(Key::EmbeddingLength, Value::U32(64)).unwrap();
+        w.set_key(Key::HeadCount, Value::U32(4)).unwrap();
+        if with_tensors {
+            for b in 0..2 {
+                let name = format!("blk.{b}.attn_norm.weight");
+                w.add_tensor(&name, GgmlType::F32, &[64], &data).unwrap();
+            }
+        }
+        let mut bytes = Vec::new();
+        w.write_to(&mut bytes).unwrap();
+        ModelConfig::from_gguf(&Gguf::parse(&bytes).unwrap())
+    };
+    assert_eq!(config(2, true).unwrap().n_layer, 2);
+    assert_eq!(config(3, false).unwrap().n_layer, 3);
+    let err = config(3, true).unwrap_err().to_string();
+    assert!(
+        err.contains("llama.block_count is 3: the file has no tensors of its last block"),
+        "{err}"
+    );
+    let err = config(1 << 30, true).unwrap_err().to_string();
+    assert!(err.contains("more than the limit of 4096"), "{err}");
 }
