@@ -57,6 +57,10 @@ pub fn load_tensor(
     name: &str,
     dims: &[usize],
 ) -> Result<Option<NamedTensor>> {
+    // The dims are checked against the file before a buffer is sized from them.
+    if !check_source_dims(src, name, dims)? {
+        return Ok(None);
+    }
     let mut data = vec![0f32; dims.iter().product()];
     if !dequantize_into(src, name, dims, &mut data)? {
         return Ok(None);
@@ -66,6 +70,25 @@ pub fn load_tensor(
         dims: dims.to_vec(),
         data,
     }))
+}
+
+/// Whether `src` has tensor `name`, and an error when its dims are not `dims` (the values a
+/// config implies must be the file's before anything is sized from the config).
+pub fn check_source_dims(src: &WeightSource<'_>, name: &str, dims: &[usize]) -> Result<bool> {
+    let Some(w) = src.get(name)? else {
+        return Ok(false);
+    };
+    let want: Vec<u64> = dims.iter().map(|&d| d as u64).collect();
+    if w.dims != want {
+        return Err(TrainError::Param {
+            name: name.into(),
+            message: format!(
+                "the source has dims {:?}, the config implies {want:?}",
+                w.dims
+            ),
+        });
+    }
+    Ok(true)
 }
 
 /// [`load_tensor`] into `out` (`dims`' product of values) without a copy, then lets the file's

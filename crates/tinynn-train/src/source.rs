@@ -196,9 +196,10 @@ fn resolve_full(source: TrainSource<'_>, frozen: bool) -> Result<Loaded<'_>> {
             let (deferred, frozen) = if frozen {
                 (None, load_frozen(&src, &specs)?)
             } else {
-                // Fail now, before plans are compiled, if a parameter is missing.
+                // Fail now, before plans are compiled (and gradients and optimizer moments
+                // sized from the config), if a parameter is missing or of other dims.
                 for s in &specs {
-                    if src.get(&s.name)?.is_none() {
+                    if !crate::params::check_source_dims(&src, &s.name, &s.dims)? {
                         return Err(TrainError::Param {
                             name: s.name.clone(),
                             message: "missing from the source".into(),
