@@ -56,7 +56,7 @@ fn a_tiny_file_claiming_a_huge_model_is_refused_before_allocation() {
             targets: Targets::parse("q,v").unwrap(),
             seed: 1,
         }),
-        ..full.clone()
+        ..full
     };
     for cfg in [full, lora] {
         let err = match Trainer::new(TrainSource::from(&file), cfg) {
