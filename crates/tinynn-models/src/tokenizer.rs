@@ -131,7 +131,7 @@ impl Tokenizer {
             })
             .collect();
         inner.add_special_tokens(&special);
-        let id = |k| g.get_u64(k).map(|v| v.map(|v| v as u32));
+        let id = |k| special_id(g, k, tokens.len());
         Ok(Tokenizer {
             inner,
             bos: id(Key::TokenizerBosId)?,
@@ -200,7 +200,7 @@ impl Tokenizer {
             .into_iter()
             .map(|(_, _, a, b)| (a.to_string(), b.to_string()))
             .collect();
-        let id = |k| g.get_u64(k).map(|v| v.map(|v| v as u32));
+        let id = |k| special_id(g, k, tokens.len());
         let unk = id(Key::TokenizerUnknownId)?;
         let mut builder = BPE::builder()
             .vocab_and_merges(vocab, merges)
@@ -363,5 +363,18 @@ impl StreamDecoder {
         let out = String::from_utf8_lossy(&self.pending).into_owned();
         self.pending.clear();
         out
+    }
+}
+
+/// The special-token id under `key`, which must name a token of the `n_tokens` the file
+/// lists (an id past them, or one a `u32` cannot hold, is an error rather than a truncation).
+fn special_id(g: &Gguf, key: Key, n_tokens: usize) -> Result<Option<u32>> {
+    match g.get_u64(key)? {
+        None => Ok(None),
+        Some(v) if v < n_tokens as u64 => Ok(Some(v as u32)),
+        Some(v) => Err(ModelError::Invalid(format!(
+            "{} is {v}, which is not a token id: the vocabulary has {n_tokens} tokens",
+            key.resolve("")
+        ))),
     }
 }

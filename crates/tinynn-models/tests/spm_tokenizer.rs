@@ -36,3 +36,36 @@ fn ids_match_sentencepiece() {
         );
     }
 }
+
+/// Special-token ids must name tokens of the file's vocabulary: one past the end, or one a
+/// `u32` cannot hold (which used to be truncated), is an error naming the key.
+#[test]
+fn special_ids_outside_the_vocabulary_are_refused() {
+    use tinynn_format::gguf::{Gguf, GgufWriter, Key, Value};
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
+    let bytes = std::fs::read(dir.join("spm-vocab.gguf")).unwrap();
+    let g = Gguf::parse(&bytes).unwrap();
+    assert!(Tokenizer::from_gguf(&g).is_ok());
+    let n_tokens = match g.get_array(Key::TokenizerTokens).unwrap() {
+        Some(a) => a.len() as u64,
+        None => panic!("the fixture has tokens"),
+    };
+    for (key, value) in [
+        (Key::TokenizerBosId, Value::U64(n_tokens)),
+        (Key::TokenizerEosId, Value::U64((1 << 32) + 1)),
+        (Key::TokenizerEotId, Value::U32(u32::MAX)),
+    ] {
+        let mut w = GgufWriter::from_gguf(&g, &bytes).unwrap();
+        w.set_key(key, value).unwrap();
+        let mut out = Vec::new();
+        w.write_to(&mut out).unwrap();
+        let err = match Tokenizer::from_gguf(&Gguf::parse(&out).unwrap()) {
+            Ok(_) => panic!("{key:?}: an id outside the vocabulary was accepted"),
+            Err(e) => e.to_string(),
+        };
+        assert!(
+            err.contains("which is not a token id") && err.contains(&format!("{n_tokens} tokens")),
+            "{err}"
+        );
+    }
+}
