@@ -290,6 +290,27 @@ fn bad_chat_lines_are_errors_naming_the_line() {
     assert!(matches!(err, DataError::File { .. }), "{err}");
     let err = ChatSamples::from_jsonl(Path::new("/nonexistent/x.jsonl"), &t, &enc, 32).unwrap_err();
     assert!(matches!(err, DataError::Io { .. }), "{err}");
+    // From a file: CRLF lines read as lines, a line past the length cap is refused by number
+    // (reading at most one byte past the cap), a line that is not UTF-8 too.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("c.jsonl");
+    std::fs::write(&path, format!("{good}\r\n\r\n{good}")).unwrap();
+    let ok = ChatSamples::from_jsonl(&path, &t, &enc, 32).unwrap();
+    assert_eq!(ok.len(), 2);
+    let long = format!(
+        "{good}\n{}\n",
+        "x".repeat(tinynn_train::data::MAX_LINE_BYTES + 1)
+    );
+    std::fs::write(&path, long).unwrap();
+    let err = ChatSamples::from_jsonl(&path, &t, &enc, 32).unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("c.jsonl:2: longer than 16777216 bytes"),
+        "{err}"
+    );
+    std::fs::write(&path, [good.as_bytes(), b"\n\xff\xfe\n"].concat()).unwrap();
+    let err = ChatSamples::from_jsonl(&path, &t, &enc, 32).unwrap_err();
+    assert!(err.to_string().contains("c.jsonl:2: not UTF-8"), "{err}");
 }
 
 #[test]

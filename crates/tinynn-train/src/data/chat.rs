@@ -14,7 +14,7 @@
 //! Each sample becomes one sequence: longer ones are truncated (counted), shorter ones padded
 //! with labels −1. Samples with no assistant token left are skipped (counted).
 
-use std::io::{BufRead, BufReader};
+use std::io::{BufRead, BufReader, Read};
 use std::path::Path;
 
 use tinynn_models::chat::{ChatTemplate, Message};
@@ -111,6 +111,10 @@ pub fn tokenize_conversation(
     Ok((tokens, target))
 }
 
+/// Longest JSONL line read (a chat sample this long is millions of tokens, far past any
+/// sequence length).
+pub const MAX_LINE_BYTES: usize = 16 << 20;
+
 impl ChatSamples {
     /// Reads a JSONL file; blank lines are skipped, any other bad line is an error naming it.
     pub fn from_jsonl(
@@ -120,13 +124,31 @@ impl ChatSamples {
         seq: usize,
     ) -> Result<ChatSamples, DataError> {
         let file = std::fs::File::open(path).map_err(|e| DataError::io(path, e))?;
+        let mut reader = BufReader::new(file);
         let mut lines = Vec::new();
-        for (i, line) in BufReader::new(file).lines().enumerate() {
-            let line = line.map_err(|e| match e.kind() {
-                std::io::ErrorKind::InvalidData => DataError::line(path, i + 1, "not UTF-8"),
-                _ => DataError::io(path, e),
-            })?;
-            lines.push((i + 1, line));
+        for no in 1.. {
+            // At most one byte past the cap is read: a longer line is refused unread.
+            let mut buf = Vec::new();
+            let cap = (MAX_LINE_BYTES + 1) as u64;
+            let n = (&mut reader)
+                .take(cap)
+                .read_until(b'\n', &mut buf)
+                .map_err(|e| DataError::io(path, e))?;
+            if n == 0 {
+                break;
+            }
+            if buf.last() == Some(&b'\n') {
+                buf.pop();
+            } else if buf.len() > MAX_LINE_BYTES {
+                let msg = format!("longer than {MAX_LINE_BYTES} bytes");
+                return Err(DataError::line(path, no, msg));
+            }
+            if buf.last() == Some(&b'\r') {
+                buf.pop();
+            }
+            let line =
+                String::from_utf8(buf).map_err(|_| DataError::line(path, no, "not UTF-8"))?;
+            lines.push((no, line));
         }
         Self::from_lines(path, lines, template, encoder, seq)
     }
