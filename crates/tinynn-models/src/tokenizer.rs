@@ -263,6 +263,27 @@ impl Tokenizer {
         }
         let inner = HfTokenizer::from_file(path)
             .map_err(|e| ModelError::Invalid(format!("{}: {e}", path.display())))?;
+        // Ids index tables (`token_strings`, the model's rows): a huge or very sparse id would
+        // size them from one number in the file.
+        let vocab = inner.get_vocab(true);
+        let (n, max) = (
+            vocab.len() as u64,
+            vocab.values().copied().max().unwrap_or(0),
+        );
+        if u64::from(max) >= 2 * n.max(1) {
+            return Err(ModelError::Invalid(format!(
+                "{}: token id {max} in a vocabulary of {n} tokens (ids must be dense)",
+                path.display()
+            )));
+        }
+        for (what, id) in [("bos_token_id", bos), ("eos_token_id", eos)] {
+            if let Some(id) = id.filter(|&i| inner.id_to_token(i).is_none()) {
+                return Err(ModelError::Invalid(format!(
+                    "{}: the config's {what} {id} is not a token of the tokenizer",
+                    path.display()
+                )));
+            }
+        }
         Ok(Tokenizer {
             inner,
             bos,

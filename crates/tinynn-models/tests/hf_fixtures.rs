@@ -99,6 +99,25 @@ fn hf_tokenizer_json() {
     let vocab = Vocab::from_strings(tok.token_strings());
     assert_eq!(String::from_utf8(vocab.decode(&ids)).unwrap(), text);
     assert!(tok.is_end(2));
+    // A huge id (once 4294967295 strings for `token_strings`) and special ids the tokenizer
+    // lacks are refused at open.
+    let err = |r: tinynn_models::Result<Tokenizer>| match r {
+        Ok(_) => panic!("accepted"),
+        Err(e) => e.to_string(),
+    };
+    let e = err(Tokenizer::from_hf_file(&path, Some(1), Some(1 << 30)));
+    assert!(e.contains("eos_token_id 1073741824 is not a token"), "{e}");
+    let mut json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    json["model"]["vocab"]["zzzz"] = serde_json::json!(4294967295u64);
+    let dir = tempfile::tempdir().unwrap();
+    let sparse = dir.path().join("tokenizer.json");
+    std::fs::write(&sparse, json.to_string()).unwrap();
+    let e = err(Tokenizer::from_hf_file(&sparse, None, None));
+    assert!(
+        e.contains("token id 4294967295 in a vocabulary of") && e.contains("dense"),
+        "{e}"
+    );
 }
 
 #[test]
