@@ -313,9 +313,10 @@ impl ModelConfig {
             tie_word_embeddings: Some(!has_output && g.tensor_info("token_embd.weight").is_some()),
         };
         let config = assemble(config, g.get_u64(Key::KeyLength)?)?;
-        // A file with weights must hold its last block (a vocabulary-only file holds none).
+        // A file with blocks must hold its last one (a vocabulary-only file holds none).
         let last = format!("blk.{}.", config.n_layer - 1);
-        if !g.tensors().is_empty() && !g.tensors().iter().any(|t| t.name.starts_with(&last)) {
+        let has = |prefix: &str| g.tensors().iter().any(|t| t.name.starts_with(prefix));
+        if has("blk.") && !has(&last) {
             return Err(ConfigError::Invalid {
                 field: key(Key::BlockCount),
                 value: config.n_layer.to_string(),

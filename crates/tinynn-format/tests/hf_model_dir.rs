@@ -370,7 +370,7 @@ fn model_dir_problems_are_clear() {
 }
 
 /// A GGUF whose block count names blocks the file does not hold is refused before any buffer
-/// is sized from it; a vocabulary-only file (no tensors) is not held to it.
+/// is sized from it; a file without block tensors (vocabulary only) is not held to it.
 #[test]
 fn gguf_block_count_must_match_the_blocks_present() {
     use tinynn_format::gguf::{Gguf, GgufWriter, Key, Value};
