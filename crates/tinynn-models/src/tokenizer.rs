@@ -183,16 +183,33 @@ impl Tokenizer {
             .enumerate()
             .map(|(i, p)| (p.to_string(), i as u32))
             .collect();
+        // Every split of a piece into two pieces is a merge. Work and memory grow with the
+        // square of a piece's length, so pieces, merges and the merges' bytes are capped far
+        // above real vocabularies (Llama 2: pieces of at most 16 characters, ~1 MB of merges).
         let mut merges: Vec<(f32, u32, &str, &str)> = Vec::new();
+        let mut merge_bytes = 0usize;
         for (i, piece) in pieces.iter().enumerate() {
             if types[i] != 1 && types[i] != TOKEN_USER_DEFINED {
                 continue;
+            }
+            if piece.len() > MAX_PIECE_BYTES {
+                return Err(ModelError::Invalid(format!(
+                    "tokenizer.ggml.tokens: piece {i} is {} bytes, more than the limit of {MAX_PIECE_BYTES}",
+                    piece.len()
+                )));
             }
             for (at, _) in piece.char_indices().skip(1) {
                 let (a, b) = piece.split_at(at);
                 if vocab.contains_key(a) && vocab.contains_key(b) {
                     merges.push((scores[i], i as u32, a, b));
+                    merge_bytes += piece.len();
                 }
+            }
+            if merges.len() > MAX_MERGES || merge_bytes > MAX_MERGE_BYTES {
+                return Err(ModelError::Invalid(format!(
+                    "tokenizer.ggml.tokens: the pieces up to {i} split into {} merges of {merge_bytes} bytes, more than the limits of {MAX_MERGES} merges and {MAX_MERGE_BYTES} bytes",
+                    merges.len()
+                )));
             }
         }
         merges.sort_by(|x, y| y.0.total_cmp(&x.0).then(x.1.cmp(&y.1)));
@@ -386,6 +403,12 @@ impl StreamDecoder {
         out
     }
 }
+
+/// Longest SentencePiece piece (bytes) a vocabulary may have.
+pub const MAX_PIECE_BYTES: usize = 1024;
+/// Most merges a SentencePiece vocabulary may imply, and their total bytes.
+pub const MAX_MERGES: usize = 1 << 22;
+pub const MAX_MERGE_BYTES: usize = 64 << 20;
 
 /// The special-token id under `key`, which must name a token of the `n_tokens` the file
 /// lists (an id past them, or one a `u32` cannot hold, is an error rather than a truncation).

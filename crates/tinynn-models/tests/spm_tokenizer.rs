@@ -69,3 +69,48 @@ fn special_ids_outside_the_vocabulary_are_refused() {
         );
     }
 }
+
+/// A small SentencePiece vocabulary whose pieces split into very many merges ("a" repeated 1
+/// to 1500 times: ~1.1 M merges, ~1.1 GB of merge strings) or with an absurdly long piece is
+/// refused, naming the limit, instead of building merges in memory quadratic in piece length.
+#[test]
+fn vocabularies_with_quadratic_merges_are_refused() {
+    use tinynn_format::gguf::{Array, Gguf, GgufString, GgufWriter, Key, Value};
+    let spm = |pieces: Vec<String>| {
+        let mut w = GgufWriter::new();
+        w.set_key(
+            Key::TokenizerModel,
+            Value::String(GgufString::from("llama")),
+        )
+        .unwrap();
+        let n = pieces.len();
+        let tokens = pieces
+            .iter()
+            .map(|p| GgufString::from(p.as_str()))
+            .collect();
+        w.set_key(Key::TokenizerTokens, Value::Array(Array::String(tokens)))
+            .unwrap();
+        let scores = (0..n).map(|i| -(i as f32)).collect();
+        w.set_key(Key::TokenizerScores, Value::Array(Array::F32(scores)))
+            .unwrap();
+        w.set_key(
+            Key::TokenizerTokenType,
+            Value::Array(Array::I32(vec![1; n])),
+        )
+        .unwrap();
+        let mut out = Vec::new();
+        w.write_to(&mut out).unwrap();
+        match Tokenizer::from_gguf(&Gguf::parse(&out).unwrap()) {
+            Ok(_) => Ok(()),
+            Err(e) => Err(e.to_string()),
+        }
+    };
+    let small: Vec<String> = (1..=40).map(|n| "a".repeat(n)).collect();
+    assert_eq!(spm(small), Ok(()));
+    let runs: Vec<String> = (1..=1500).map(|n| "a".repeat(n)).collect();
+    let err = spm(runs).unwrap_err();
+    assert!(err.contains("more than the limits of"), "{err}");
+    let long = vec!["a".into(), "b".repeat(5000)];
+    let err = spm(long).unwrap_err();
+    assert!(err.contains("piece 1 is 5000 bytes"), "{err}");
+}
