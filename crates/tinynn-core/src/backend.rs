@@ -53,8 +53,9 @@ pub trait Backend: Send {
     fn compile(&self, graph: Graph) -> Plan;
 
     /// Memory for `plan`: weights unbound, persistent tensors zero, except those in `shared`,
-    /// which get no storage of their own: another memory lends them ([`Backend::swap`]).
-    fn new_memory(&self, plan: &Plan, shared: &[TensorId]) -> Self::Memory;
+    /// which get no storage of their own: another memory lends them ([`Backend::swap`]). An
+    /// error when the device refuses the memory.
+    fn new_memory(&self, plan: &Plan, shared: &[TensorId]) -> Result<Self::Memory, Self::Error>;
 
     /// Binds weight `t` to bytes the memory keeps alive through their store.
     fn bind_weight(

@@ -28,8 +28,8 @@ impl Backend for Executor {
         crate::compile(graph)
     }
 
-    fn new_memory(&self, plan: &Plan, shared: &[TensorId]) -> Memory<'static> {
-        Memory::new_sharing(plan, shared)
+    fn new_memory(&self, plan: &Plan, shared: &[TensorId]) -> Result<Memory<'static>, ExecError> {
+        Ok(Memory::try_new_sharing(plan, shared)?)
     }
 
     fn bind_weight(

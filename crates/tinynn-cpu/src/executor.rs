@@ -246,10 +246,13 @@ impl Executor {
         )
     }
 
-    /// An executor for `plan` (its arena allocated up front) and any other plan.
+    /// An executor for `plan` (its arena allocated up front, or at the first run when the
+    /// system refuses it now) and any other plan.
     pub fn with_options(plan: &Plan, opts: ExecOptions) -> Executor {
         let mut e = Executor::cpu(opts);
-        e.arena = AlignedBuf::zeroed(plan.arena_bytes());
+        if let Ok(arena) = AlignedBuf::try_zeroed(plan.arena_bytes()) {
+            e.arena = arena;
+        }
         e.bases = Vec::with_capacity(1 + plan.weights().len() + plan.persistents().len());
         if let Some(spans) = &mut e.spans {
             let slots = 2 * plan.steps().len() * e.n_threads;
@@ -302,7 +305,7 @@ impl Executor {
         // One executor serves several plans (prefill and decode): the arena grows to the
         // largest, so only the first run of a bigger plan allocates.
         if self.arena.len() < plan.arena_bytes() {
-            self.arena = AlignedBuf::zeroed(plan.arena_bytes());
+            self.arena = AlignedBuf::try_zeroed(plan.arena_bytes())?;
         }
         mem.check_bound(plan)?;
         if self.strict {

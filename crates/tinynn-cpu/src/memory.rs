@@ -36,16 +36,32 @@ enum Storage {
 const MAP_FROM: usize = 64 << 10;
 
 impl AlignedBuf {
+    /// A zeroed buffer of `len` bytes. Panics when the memory cannot be had: sizes that come
+    /// from a file or a user go through [`AlignedBuf::try_zeroed`].
     pub fn zeroed(len: usize) -> AlignedBuf {
+        match AlignedBuf::try_zeroed(len) {
+            Ok(b) => b,
+            Err(e) => panic!("{e}"),
+        }
+    }
+
+    /// A zeroed buffer of `len` bytes, or an error when the system will not give them (no
+    /// heap fallback for a refused map: a heap of the same size would abort the process).
+    pub fn try_zeroed(len: usize) -> Result<AlignedBuf, MemoryError> {
+        let refused = || MemoryError::OutOfMemory { bytes: len };
         let storage = match len {
-            MAP_FROM.. => match memmap2::MmapMut::map_anon(len) {
-                // (Asking for huge pages made QLoRA steps no faster: 525-550 vs 536-604 t/s.)
-                Ok(m) => Storage::Map(m),
-                Err(_) => Storage::Lines(vec![Line([0; 64]); len.div_ceil(64)]),
-            },
-            _ => Storage::Lines(vec![Line([0; 64]); len.div_ceil(64)]),
+            // (Asking for huge pages made QLoRA steps no faster: 525-550 vs 536-604 t/s.)
+            MAP_FROM.. => Storage::Map(memmap2::MmapMut::map_anon(len).map_err(|_| refused())?),
+            _ => {
+                let mut lines = Vec::new();
+                lines
+                    .try_reserve_exact(len.div_ceil(64))
+                    .map_err(|_| refused())?;
+                lines.resize(len.div_ceil(64), Line([0; 64]));
+                Storage::Lines(lines)
+            }
         };
-        AlignedBuf { storage, len }
+        Ok(AlignedBuf { storage, len })
     }
 
     pub fn as_bytes(&self) -> &[u8] {
@@ -73,6 +89,8 @@ impl AlignedBuf {
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum MemoryError {
+    #[error("cannot allocate {bytes} bytes (the system refused them)")]
+    OutOfMemory { bytes: usize },
     #[error("'{0}' is not a weight used by this plan")]
     NotAWeight(String),
     #[error("'{0}' is not a persistent tensor used by this plan")]
@@ -140,7 +158,8 @@ pub struct Memory<'w> {
 }
 
 impl<'w> Memory<'w> {
-    /// Unbound weights and zeroed persistent tensors for `plan`.
+    /// Unbound weights and zeroed persistent tensors for `plan` (panics when the system
+    /// refuses the memory; see [`Memory::try_new_sharing`]).
     pub fn new(plan: &Plan) -> Memory<'w> {
         Memory::new_sharing(plan, &[])
     }
@@ -149,24 +168,32 @@ impl<'w> Memory<'w> {
     /// another memory owns them and lends them with [`Memory::swap_persistent`] before a run
     /// (a run without them is an error).
     pub fn new_sharing(plan: &Plan, shared: &[TensorId]) -> Memory<'w> {
+        match Memory::try_new_sharing(plan, shared) {
+            Ok(m) => m,
+            Err(e) => panic!("{e}"),
+        }
+    }
+
+    /// [`Memory::new_sharing`], with an error when the system refuses the memory.
+    pub fn try_new_sharing(plan: &Plan, shared: &[TensorId]) -> Result<Memory<'w>, MemoryError> {
         let persistent = plan
             .persistents()
             .iter()
             .map(|t| {
-                AlignedBuf::zeroed(if shared.contains(t) {
+                AlignedBuf::try_zeroed(if shared.contains(t) {
                     0
                 } else {
                     plan.graph().layout(*t).contiguous_bytes()
                 })
             })
-            .collect();
-        Memory {
+            .collect::<Result<_, _>>()?;
+        Ok(Memory {
             weights: vec![None; plan.weights().len()],
             packed: vec![None; plan.weights().len()],
             packed_persistent: vec![None; plan.persistents().len()],
             packed_only: vec![false; plan.persistents().len()],
             persistent,
-        }
+        })
     }
 
     fn name(plan: &Plan, t: TensorId) -> String {

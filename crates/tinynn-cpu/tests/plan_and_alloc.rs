@@ -178,7 +178,7 @@ fn scaled_sum<B: tinynn_core::backend::Backend>(backend: &mut B, values: &[f32])
     let s = g.sum(y).unwrap();
     g.set_output(s).unwrap();
     let plan = backend.compile(g);
-    let mut mem = backend.new_memory(&plan, &[]);
+    let mut mem = backend.new_memory(&plan, &[]).unwrap();
     backend
         .write(&mut mem, &plan, x, 0, &f32_bytes(values))
         .unwrap();
@@ -203,4 +203,44 @@ fn models_can_drive_the_cpu_through_the_backend_trait() {
     });
     assert_eq!(tinynn_core::backend::Backend::name(&exec), "cpu");
     assert_eq!(scaled_sum(&mut exec, &[1.0, 2.0, 3.0, 4.5]), 21.0);
+}
+
+/// Memory the system refuses (here 2^52 bytes, past the user address space) is an error from
+/// the memory, the backend and the run — never a heap fallback that aborts the process.
+#[test]
+fn refused_memory_is_an_error_not_an_abort() {
+    use tinynn_cpu::{Backend, MemoryError};
+    let huge = [1usize << 25, 1 << 25];
+    let mut g = Graph::new();
+    let p = g.persistent("huge", GgmlType::F32, &huge).unwrap();
+    let y = g.scale(p, 2.0).unwrap();
+    g.set_output(y).unwrap();
+    let plan = tinynn_cpu::compile(g);
+    let err = Memory::try_new_sharing(&plan, &[]).map(|_| ()).unwrap_err();
+    assert_eq!(err, MemoryError::OutOfMemory { bytes: 1 << 52 });
+    assert!(err
+        .to_string()
+        .contains("cannot allocate 4503599627370496 bytes"));
+    let backend = Executor::cpu(tinynn_cpu::ExecOptions::default());
+    let e = backend.new_memory(&plan, &[]).map(|_| ()).unwrap_err();
+    assert!(
+        matches!(e, ExecError::Memory(MemoryError::OutOfMemory { .. })),
+        "{e}"
+    );
+    // An arena too large (a [2^25, 2^25] product of two small inputs, summed): the executor
+    // is made, the run says why it cannot go.
+    let mut g = Graph::new();
+    let a = g.input("a", GgmlType::F32, &[32, 1 << 25]).unwrap();
+    let b = g.input("b", GgmlType::F32, &[32, 1 << 25]).unwrap();
+    let z = g.mul_mat(a, b).unwrap();
+    let y = g.sum(z).unwrap();
+    g.set_output(y).unwrap();
+    let plan = tinynn_cpu::compile(g);
+    let mut exec = Executor::with_options(&plan, tinynn_cpu::ExecOptions::default());
+    let mut mem = Memory::new(&plan);
+    let e = exec.run(&plan, &mut mem).unwrap_err();
+    assert!(
+        matches!(e, ExecError::Memory(MemoryError::OutOfMemory { .. })),
+        "{e}"
+    );
 }

@@ -251,7 +251,7 @@ impl<B: Backend> Session<B> {
         let io = forward_graph(src, model.config(), spec, lora)?;
         let plan = backend.compile(io.graph.clone());
         let shared: &[_] = if owns_cache { &[] } else { &io.caches };
-        let mut mem = backend.new_memory(&plan, shared);
+        let mut mem = backend.new_memory(&plan, shared).map_err(backend_err)?;
         let matmul_weights: Vec<_> = plan
             .graph()
             .nodes()

@@ -166,7 +166,7 @@ pub(crate) fn grad_pass<B: Backend>(
     g.set_name(grad_sq, "grad_sq")?;
     g.set_output(grad_sq)?;
     let plan = backend.compile(g);
-    let mut mem = backend.new_memory(&plan, &[]);
+    let mut mem = backend.new_memory(&plan, &[]).map_err(backend_err)?;
     write_constants(backend, (&mut mem, &plan), &fwd, hp, shape)?;
     // The frozen bytes are the caller's to write: a packed copy may replace them.
     Ok(GradPass {
@@ -200,7 +200,7 @@ pub(crate) fn update_pass<B: Backend>(
     }
     let plan = backend.compile(g);
     let shared: Vec<TensorId> = params.iter().chain(&buffers).copied().collect();
-    let mem = backend.new_memory(&plan, &shared);
+    let mem = backend.new_memory(&plan, &shared).map_err(backend_err)?;
     Ok(UpdatePass {
         plan,
         mem,
@@ -232,7 +232,7 @@ pub(crate) fn eval_pass<B: Backend>(
     let lora = lora.map(|l| LoraGraph { dropout: 0.0, ..l });
     let fwd = build_forward(&mut g, arch, hp, &table, shape, lora, None)?;
     let plan = backend.compile(g);
-    let mut mem = backend.new_memory(&plan, &all);
+    let mut mem = backend.new_memory(&plan, &all).map_err(backend_err)?;
     write_constants(backend, (&mut mem, &plan), &fwd, hp, shape)?;
     Ok(EvalPass {
         plan,

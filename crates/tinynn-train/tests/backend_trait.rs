@@ -69,7 +69,7 @@ impl Backend for Counting {
         Backend::compile(&self.cpu, graph)
     }
 
-    fn new_memory(&self, plan: &Plan, shared: &[TensorId]) -> Mem {
+    fn new_memory(&self, plan: &Plan, shared: &[TensorId]) -> Result<Mem, Error> {
         self.count("new_memory");
         Backend::new_memory(&self.cpu, plan, shared)
     }

@@ -348,7 +348,8 @@ pub fn pack_always(ty: GgmlType, ne: [usize; 4], bytes: &[u8]) -> Option<PackedW
     let (nb, bb, sb) = (k / BLOCK, kind.block_bytes(), kind.source_block_bytes());
     debug_assert_eq!(nb * sb, row_bytes);
     let n_groups = n_rows.div_ceil(GROUP_ROWS);
-    let mut data = AlignedBuf::zeroed(n_groups * nb * bb);
+    // No packed copy (the file's layout serves) when the memory is refused.
+    let mut data = AlignedBuf::try_zeroed(n_groups * nb * bb).ok()?;
     let out = data.as_bytes_mut();
     for g in 0..n_groups {
         for r in 0..GROUP_ROWS.min(n_rows - g * GROUP_ROWS) {
