@@ -493,6 +493,20 @@ pub fn load(path: &Path) -> Result<LoadedCheckpoint, CheckpointError> {
         path: path.clone(),
         file,
     };
+    // One checksum per parameter and group: counts from the file, checked (with overflow
+    // checks) against the checksums present before a single name is built.
+    let tensors = (ckpt.groups.len().checked_add(1)).and_then(|g| g.checked_mul(ckpt.params.len()));
+    if tensors != Some(sums.len()) {
+        return Err(meta_err(
+            "checkpoint.checksums",
+            &format!(
+                "{} checksums for {} parameters × {} state groups",
+                sums.len(),
+                ckpt.params.len(),
+                ckpt.groups.len() + 1
+            ),
+        ));
+    }
     // Every saved tensor, in saving order: F32, the parameter's shape, the right checksum.
     let mut names = ckpt.params.clone();
     for prefix in &ckpt.groups {

@@ -317,6 +317,42 @@ fn typed_errors() {
     );
 }
 
+/// A ~0.3 MB file naming 20,000 parameters and 20,000 state groups once built 4·10^8 tensor
+/// names (gigabytes) before it compared them with its one checksum; now the counts are
+/// compared first.
+#[test]
+fn forged_counts_are_refused_before_names_are_built() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("x.gguf");
+    let many: Vec<String> = (0..20_000).map(|i| format!("p{i}")).collect();
+    let strs = |v: &[String]| {
+        Value::Array(tinynn_format::gguf::Array::String(
+            v.iter().map(|s| s.as_str().into()).collect(),
+        ))
+    };
+    let mut w = GgufWriter::new();
+    w.set_str("general.type", "checkpoint");
+    w.set("checkpoint.version", Value::U32(1));
+    w.set("checkpoint.step", Value::U64(5));
+    w.set("checkpoint.rng.names", strs(&[]));
+    w.set(
+        "checkpoint.rng.states",
+        Value::Array(tinynn_format::gguf::Array::U64(vec![])),
+    );
+    w.set("checkpoint.params", strs(&many));
+    w.set("checkpoint.groups", strs(&many));
+    w.set(
+        "checkpoint.checksums",
+        Value::Array(tinynn_format::gguf::Array::U64(vec![0])),
+    );
+    w.write_atomic(&p).unwrap();
+    let err = load(&p).err().unwrap().to_string();
+    assert!(
+        err.contains("1 checksums for 20000 parameters × 20001 state groups"),
+        "{err}"
+    );
+}
+
 const CHILD_ENV: &str = "TINYNN_TEST_CHECKPOINT_CRASH_DIR";
 
 /// The child writes checkpoint 1, then aborts half way through writing checkpoint 2; the parent
