@@ -341,6 +341,47 @@ fn non_finite_steps_foreign_checkpoints_and_bad_settings_are_typed_errors() {
         2
     );
 
+    // A checkpoint holding only some of the run's parameters is refused, not half-loaded.
+    let full = tinynn_train::checkpoint::load(&out.join("checkpoint-2.gguf")).unwrap();
+    let kept = &full.params[1..];
+    let tensors: Vec<_> = kept.iter().map(|n| full.tensor(n).unwrap()).collect();
+    let params = tensors
+        .iter()
+        .map(|t| tinynn_train::checkpoint::TensorRef {
+            name: t.name,
+            dims: t.dims,
+            data: t.data,
+        })
+        .collect();
+    let groups = full
+        .groups
+        .iter()
+        .map(|g| {
+            let per: Vec<&[f32]> = kept.iter().map(|n| full.group(g, n).unwrap()).collect();
+            (g.clone(), per)
+        })
+        .collect();
+    let partial_dir = dir.path().join("partial");
+    std::fs::create_dir_all(&partial_dir).unwrap();
+    let partial = tinynn_train::checkpoint::Checkpoint {
+        meta: full.meta.clone(),
+        params,
+        groups,
+    };
+    tinynn_train::checkpoint::save(&partial_dir, &partial, &Default::default()).unwrap();
+    let mut cfg = config(&partial_dir, 10);
+    cfg.resume = true;
+    let err = expect_err(&cfg, true);
+    assert!(
+        err.to_string().contains(&format!(
+            "the checkpoint lacks parameter '{}' (it holds {} of the run's {})",
+            full.params[0],
+            kept.len(),
+            full.params.len()
+        )),
+        "{err}"
+    );
+
     // A checkpoint of another run is refused.
     let mut cfg = config(&out, 10);
     cfg.resume = true;

@@ -111,6 +111,19 @@ pub(super) fn resume<B: Backend>(
             })
         })
         .collect::<Result<Vec<_>>>()?;
+    // Every parameter of the run must come from the checkpoint: one it lacks would silently
+    // keep its initial values.
+    let saved: std::collections::HashSet<&str> = params.iter().map(|p| p.name.as_str()).collect();
+    let specs = trainer.param_specs();
+    if let Some(missing) = specs.iter().find(|s| !saved.contains(s.name.as_str())) {
+        return Err(TrainError::Invalid(format!(
+            "{}: the checkpoint lacks parameter '{}' (it holds {} of the run's {})",
+            ck.path.display(),
+            missing.name,
+            saved.len(),
+            specs.len()
+        )));
+    }
     trainer.load_params(&params)?;
     let mut tensors = Vec::new();
     for p in &params {
