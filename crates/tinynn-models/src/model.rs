@@ -208,11 +208,11 @@ impl Model {
         match &self.files {
             Files::Gguf(f) => (i == 0).then(|| f.bytes()),
             // The shards, then the F32 copies of the small half-precision tensors.
-            Files::Hf(d) => match i.cmp(&d.shards.len()) {
-                std::cmp::Ordering::Less => Some(d.shards[i].bytes()),
-                std::cmp::Ordering::Equal => Some(d.upcast_bytes()),
-                std::cmp::Ordering::Greater => None,
-            },
+            Files::Hf(d) => d
+                .shards
+                .get(i)
+                .map(|s| s.bytes())
+                .or_else(|| (i == d.shards.len()).then(|| d.upcast_bytes())),
         }
     }
 

@@ -8,7 +8,7 @@
 
 use tinynn_core::quant::dequantize_row;
 use tinynn_models::arch::{declare, Arch, LlamaHparams};
-use tinynn_models::weights::WeightSource;
+use tinynn_models::weights::{Weight, WeightSource};
 
 use crate::error::{Result, TrainError};
 
@@ -58,13 +58,11 @@ pub fn load_tensor(
     dims: &[usize],
 ) -> Result<Option<NamedTensor>> {
     // The dims are checked against the file before a buffer is sized from them.
-    if !check_source_dims(src, name, dims)? {
+    let Some(w) = source_weight(src, name, dims)? else {
         return Ok(None);
-    }
+    };
     let mut data = vec![0f32; dims.iter().product()];
-    if !dequantize_into(src, name, dims, &mut data)? {
-        return Ok(None);
-    }
+    dequantize_weight(src, name, &w, &mut data)?;
     Ok(Some(NamedTensor {
         name: name.into(),
         dims: dims.to_vec(),
@@ -75,8 +73,17 @@ pub fn load_tensor(
 /// Whether `src` has tensor `name`, and an error when its dims are not `dims` (the values a
 /// config implies must be the file's before anything is sized from the config).
 pub fn check_source_dims(src: &WeightSource<'_>, name: &str, dims: &[usize]) -> Result<bool> {
+    Ok(source_weight(src, name, dims)?.is_some())
+}
+
+/// Tensor `name` of `src` (`None` when it lacks it), which must have `dims`.
+pub(crate) fn source_weight<'a>(
+    src: &WeightSource<'a>,
+    name: &str,
+    dims: &[usize],
+) -> Result<Option<Weight<'a>>> {
     let Some(w) = src.get(name)? else {
-        return Ok(false);
+        return Ok(None);
     };
     let want: Vec<u64> = dims.iter().map(|&d| d as u64).collect();
     if w.dims != want {
@@ -88,7 +95,7 @@ pub fn check_source_dims(src: &WeightSource<'_>, name: &str, dims: &[usize]) -> 
             ),
         });
     }
-    Ok(true)
+    Ok(Some(w))
 }
 
 /// [`load_tensor`] into `out` (`dims`' product of values) without a copy, then lets the file's
@@ -99,26 +106,27 @@ pub fn dequantize_into(
     dims: &[usize],
     out: &mut [f32],
 ) -> Result<bool> {
-    let Some(w) = src.get(name)? else {
+    let Some(w) = source_weight(src, name, dims)? else {
         return Ok(false);
     };
-    let want: Vec<u64> = dims.iter().map(|&d| d as u64).collect();
-    if w.dims != want {
-        return Err(TrainError::Param {
-            name: name.into(),
-            message: format!(
-                "the source has dims {:?}, the config implies {want:?}",
-                w.dims
-            ),
-        });
-    }
+    dequantize_weight(src, name, &w, out)?;
+    Ok(true)
+}
+
+/// `w`'s values into `out`, then lets the file's pages go.
+fn dequantize_weight(
+    src: &WeightSource<'_>,
+    name: &str,
+    w: &Weight<'_>,
+    out: &mut [f32],
+) -> Result<()> {
     // Rows are whole blocks, so the tensor dequantizes as one long row.
     dequantize_row(w.dtype, w.data, out).map_err(|e| TrainError::Dequantize {
         name: name.into(),
         message: e.to_string(),
     })?;
     src.release(w.data);
-    Ok(true)
+    Ok(())
 }
 
 /// Every parameter of `specs` from `src`, as f32 master copies.

@@ -139,20 +139,12 @@ fn load_frozen(src: &WeightSource<'_>, specs: &[ParamSpec]) -> Result<Vec<Frozen
     specs
         .iter()
         .map(|s| {
-            let w = src.get(&s.name)?.ok_or_else(|| TrainError::Param {
-                name: s.name.clone(),
-                message: "missing from the source".into(),
-            })?;
-            let want: Vec<u64> = s.dims.iter().map(|&d| d as u64).collect();
-            if w.dims != want {
-                return Err(TrainError::Param {
+            let w = crate::params::source_weight(src, &s.name, &s.dims)?.ok_or_else(|| {
+                TrainError::Param {
                     name: s.name.clone(),
-                    message: format!(
-                        "the source has dims {:?}, the config implies {want:?}",
-                        w.dims
-                    ),
-                });
-            }
+                    message: "missing from the source".into(),
+                }
+            })?;
             let bytes = HostBytes::copy_of(w.data);
             // The copy serves from now on; the file's pages can go.
             src.release(w.data);

@@ -25,6 +25,7 @@ mod q4_1x16;
 mod q5_0x16;
 mod q5_1x16;
 mod q8_0x16;
+mod wide;
 
 use std::ops::Range;
 
@@ -259,9 +260,9 @@ impl PackKind {
             PackKind::Q5_1x16 => pick!(nibbles::tile, true, true, 0),
             PackKind::Q8_0x16 => pick!(q8_0x16::tile),
             PackKind::F16x16 => match n {
-                16.. => (f16x16::tile::<16>, 16),
-                12.. => (f16x16::tile::<12>, 12),
-                _ => pick!(f16x16::tile),
+                16.. => (wide::tile::<16, false>, 16),
+                12.. => (wide::tile::<12, false>, 12),
+                _ => pick!(wide::tile, false),
             },
             PackKind::Bf16x16 => match n {
                 16.. => (bf16x16::tile::<16>, 16),
@@ -269,9 +270,9 @@ impl PackKind {
                 _ => pick!(bf16x16::tile),
             },
             PackKind::F32x16 => match n {
-                16.. => (f32x16::tile::<16>, 16),
-                12.. => (f32x16::tile::<12>, 12),
-                _ => pick!(f32x16::tile),
+                16.. => (wide::tile::<16, true>, 16),
+                12.. => (wide::tile::<12, true>, 12),
+                _ => pick!(wide::tile, true),
             },
         }
     }

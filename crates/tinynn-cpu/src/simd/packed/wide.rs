@@ -1,0 +1,75 @@
+//! The tile kernel of the float kinds whose 16 rows of one element fill one vector: F16
+//! (`f16x16`, 32 B an element, converted with `vcvtph2ps`) and F32 (`f32x16`, 64 B, loaded as
+//! it is). Activations are f32 (F16's rounded to f16), read with the FMA's broadcast load.
+
+#[cfg(target_arch = "x86_64")]
+pub(super) use avx512::tile;
+
+#[cfg(target_arch = "x86_64")]
+mod avx512 {
+    use std::arch::x86_64::*;
+
+    /// `T` tokens × 16 rows over `nb` blocks of 32 elements, F32 weights when `F32`, else F16.
+    /// Small tiles (decode) split the elements over several accumulators so the FMA latency
+    /// does not bound them.
+    ///
+    /// # Safety
+    /// AVX-512 F + F16C present; pointers as in `super::super::TileFn`.
+    #[target_feature(enable = "avx512f,f16c,fma")]
+    pub(in super::super) unsafe fn tile<const T: usize, const F32: bool>(
+        group: super::super::GroupIn,
+        x: *const u8,
+        x_stride: usize,
+        out: *mut f32,
+        out_stride: usize,
+        valid: usize,
+    ) {
+        let super::super::GroupIn { w, nb, pf } = group;
+        // Bytes of the 16 rows' weights of one element.
+        let step = if F32 { 64 } else { 32 };
+        let sets = match T {
+            1 | 2 => 4,
+            3 | 4 => 2,
+            _ => 1,
+        };
+        let (x, xs) = (x as *const f32, x_stride / 4);
+        let mut f = [[_mm512_setzero_ps(); T]; 4];
+        let mut e = 0;
+        while e < nb * 32 {
+            if pf != 0 {
+                // Streaming the group from memory: ask for this step's lines `pf` bytes ahead.
+                // SAFETY: prefetching never faults.
+                let ahead = w.wrapping_add(step * e + pf) as *const i8;
+                for line in 0..(step * sets).div_ceil(64) {
+                    _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(64 * line));
+                }
+            }
+            for (s, fs) in f.iter_mut().enumerate().take(sets) {
+                // SAFETY: element e + s < nb·32 (sets divides 32) of the group and of every
+                // token row is in bounds (caller).
+                unsafe {
+                    let at = w.add(step * (e + s));
+                    let wv = if F32 {
+                        _mm512_loadu_ps(at as *const f32)
+                    } else {
+                        _mm512_cvtph_ps(_mm256_loadu_si256(at as *const __m256i))
+                    };
+                    for (t, ft) in fs.iter_mut().enumerate() {
+                        let xv = _mm512_set1_ps(x.add(t * xs + e + s).read_unaligned());
+                        *ft = _mm512_fmadd_ps(wv, xv, *ft);
+                    }
+                }
+            }
+            e += sets;
+        }
+        let mask = super::super::lanes(valid);
+        for t in 0..T {
+            let mut sum = f[0][t];
+            for fs in f.iter().take(sets).skip(1) {
+                sum = _mm512_add_ps(sum, fs[t]);
+            }
+            // SAFETY: the `valid` columns of token t's output row are this thread's (caller).
+            unsafe { _mm512_mask_storeu_ps(out.add(t * out_stride), mask, sum) };
+        }
+    }
+}
