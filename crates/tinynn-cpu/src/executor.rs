@@ -152,6 +152,10 @@ struct Job<'a> {
     strict: bool,
     bf16_matmul: bool,
     trace: Option<(&'a [AtomicU64], Instant)>,
+    /// Work counters of the steps that hand out work dynamically: step `i` uses
+    /// `claims[i % 2]`, which thread 0 zeroes after the barrier that ends step `i` (no
+    /// thread touches it again before the barrier ending step `i + 1`).
+    claims: &'a [AtomicUsize; 2],
 }
 
 impl Job<'_> {
@@ -219,6 +223,7 @@ impl Job<'_> {
                 errors: self.errors,
                 strict: self.strict,
                 bf16_matmul: self.bf16_matmul,
+                claims: &self.claims[i % 2],
             };
             kernels::compute(&args, ctx);
             if let (Some((spans, t0)), Some(start)) = (self.trace, started) {
@@ -229,6 +234,9 @@ impl Job<'_> {
             if ctx.barrier().is_err() {
                 // Another thread panicked: what later steps read may never have been written.
                 return;
+            }
+            if ctx.ith == 0 {
+                self.claims[i % 2].store(0, Ordering::Relaxed);
             }
         }
     }
@@ -337,6 +345,7 @@ impl Executor {
         if let Some(spans) = &self.spans {
             spans.iter().for_each(|s| s.store(0, Ordering::Relaxed));
         }
+        let claims = [AtomicUsize::new(0), AtomicUsize::new(0)];
         let job = Job {
             plan,
             span_threads: self.n_threads,
@@ -349,6 +358,7 @@ impl Executor {
             strict: self.strict,
             bf16_matmul: self.bf16_matmul,
             trace: self.spans.as_deref().map(|s| (s, Instant::now())),
+            claims: &claims,
         };
         let panic_steps = &self.panic_steps;
         let ran = self.pool.run_on(self.threads.active, &|ctx| {

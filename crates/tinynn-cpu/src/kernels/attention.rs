@@ -1,13 +1,13 @@
 //! Fused attention (online softmax over the kv rows, one query row and head at a time) and
 //! causal masking.
 
-use tinynn_core::quant::half;
 use tinynn_format::GgmlType;
 
 use super::{row_index, split, StepArgs, ERR_KERNEL};
 use crate::pool::Ctx;
 use crate::simd::attention_block::{self, TileIo, TileScratch, LANES};
 use crate::simd::attention_f16::{self, HeadsState, KvRows};
+use crate::simd::quantize_q8::round_to_f16;
 
 /// Query rows from which a batch uses the blocked f32 attention (llama.cpp's CPU backend
 /// switches to its tiled f32 path at the same size); smaller batches and decode keep ggml's
@@ -170,6 +170,8 @@ const MAX_GROUP: usize = 8;
 /// Each pool thread's scratch of [`attend_heads_f16`].
 #[derive(Default)]
 struct HeadScratch {
+    /// The queries, `d` a head.
+    x: Vec<f32>,
     /// The queries rounded to f16, as f32 and as f16 bytes, `d` a head.
     q: Vec<f32>,
     q16: Vec<u8>,
@@ -198,16 +200,14 @@ fn attend_heads_f16(
     let (d, dv, n) = (q.layout.ne[0], v.layout.ne[0], heads.len());
     let hk = heads.start / group;
     HEADS.with_borrow_mut(|sc| {
-        sc.q.clear();
-        sc.q16.clear();
+        sc.x.clear();
         for h in heads.clone() {
-            for j in 0..d {
-                // SAFETY: (j, i, h) is inside q.
-                let x16 = half::f32_to_f16(unsafe { q.f32_at([j, i, h, 0]) });
-                sc.q.push(half::f16_to_f32(x16));
-                sc.q16.extend(x16.to_le_bytes());
-            }
+            // SAFETY: (j, i, h) is inside q for every j < d.
+            sc.x.extend((0..d).map(|j| unsafe { q.f32_at([j, i, h, 0]) }));
         }
+        sc.q.resize(n * d, 0.0);
+        sc.q16.resize(2 * n * d, 0);
+        round_to_f16(&sc.x, &mut sc.q, &mut sc.q16);
         sc.acc.clear();
         sc.acc.resize(n * dv, 0.0);
         // Mask row i: element j is `step` f32s after element j − 1 (F32, builder-checked).

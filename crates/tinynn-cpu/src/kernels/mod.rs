@@ -29,7 +29,7 @@ mod train;
 mod train_back;
 
 use std::ops::Range;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 
 use tinynn_core::ops::Op;
 use tinynn_core::tensor::Layout;
@@ -198,9 +198,19 @@ pub(crate) struct StepArgs<'a> {
     pub strict: bool,
     /// F32 products in bf16 (`ExecOptions::bf16_matmul`).
     pub bf16_matmul: bool,
+    /// This step's shared work counter, 0 when the step starts (see [`StepArgs::claim`]).
+    pub claims: &'a AtomicUsize,
 }
 
 impl StepArgs<'_> {
+    /// The next unclaimed `chunk` of `0..n`, for work handed out to whichever thread is free
+    /// (a thread slowed by a busy sibling core takes less of it); `None` when all is taken.
+    /// At most one loop of claims per step (the counter is not reset inside a step).
+    #[inline]
+    pub fn claim(&self, n: usize, chunk: usize) -> Option<Range<usize>> {
+        let start = self.claims.fetch_add(chunk, Ordering::Relaxed);
+        (start < n).then(|| start..(start + chunk).min(n))
+    }
     /// Source `i` (the graph builder guarantees the op's sources are present).
     #[inline]
     pub fn src(&self, i: usize) -> RawTensor {

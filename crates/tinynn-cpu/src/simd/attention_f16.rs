@@ -60,7 +60,12 @@ pub(crate) unsafe fn attend_rows(
     {
         let n = st.max.len();
         let (d, dv) = (st.q.len() / n, st.acc.len() / n);
-        if Isa::detected() >= Isa::Avx512Vnni && d % 16 == 0 && dv % 16 == 0 && d <= 512 {
+        if Isa::detected() >= Isa::Avx512Vnni
+            && d % 16 == 0
+            && dv % 16 == 0
+            && d <= 512
+            && n <= MAX_HEADS
+        {
             // SAFETY: AVX-512F/F16C/FMA present (checked above); rows as the caller promises.
             return unsafe { attend_rows_avx512(kv, st, scale, softcap) };
         }
@@ -129,12 +134,25 @@ fn softmax_step(mut s: f32, softcap: f32, m: f32, max: &mut f32) -> Option<(f32,
     })
 }
 
-/// [`attend_rows`] in AVX-512: each K and V row converted to f32 once for all heads, the dot
-/// product, rescale and multiply-add of each head in the order of the generic kernels.
+/// Rows the AVX-512 kernel takes per pass: their scores first, then each head's softmax
+/// steps, then the value sums. Split that way the work has no long dependency chain (a row
+/// at a time, each head's value sum waited on its dot product's reduction and `expf`: SmolLM2
+/// decode attention ran at ~200 cycles a row and head).
+#[cfg(target_arch = "x86_64")]
+const CHUNK_ROWS: usize = 16;
+
+/// Heads the AVX-512 kernel takes in one pass (more go to the generic kernel).
+#[cfg(target_arch = "x86_64")]
+const MAX_HEADS: usize = 8;
+
+/// [`attend_rows`] in AVX-512: each K and V row converted to f32 once for all heads; per
+/// chunk of rows, every head's scores (the dot kernel's order), then each head's online
+/// softmax steps in row order, then the value sums in row order — each head's operations and
+/// their order are those of the generic kernels.
 ///
 /// # Safety
 /// As [`attend_rows`], plus AVX-512F, F16C and FMA present, `d` and `dv` multiples of 16,
-/// `d ≤ 512`.
+/// `d ≤ 512`, at most [`MAX_HEADS`] heads.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx2,fma,f16c")]
 unsafe fn attend_rows_avx512(kv: &KvRows<'_>, st: &mut HeadsState<'_>, scale: f32, softcap: f32) {
@@ -142,40 +160,63 @@ unsafe fn attend_rows_avx512(kv: &KvRows<'_>, st: &mut HeadsState<'_>, scale: f3
     let (d, dv) = (st.q.len() / n, st.acc.len() / n);
     let (qp, ap) = (st.q.as_ptr(), st.acc.as_mut_ptr());
     let mut kf = [_mm512_setzero_ps(); 32];
-    for (r, &(j, m)) in kv.rows.iter().enumerate() {
-        if let Some(&(ahead, _)) = kv.rows.get(r + KV_AHEAD) {
-            super::prefetch(kv.k.wrapping_add(ahead * kv.k_stride), 2 * d);
-            super::prefetch(kv.v.wrapping_add(ahead * kv.v_stride), 2 * dv);
-        }
-        // SAFETY: row j of K holds d f16s, of V dv f16s (caller); q holds n·d f32s and acc
-        // n·dv; every index below stays inside those.
-        unsafe {
-            let (krow, vrow) = (kv.k.add(j * kv.k_stride), kv.v.add(j * kv.v_stride));
-            for (c, kc) in kf.iter_mut().enumerate().take(d / 16) {
-                *kc = _mm512_cvtph_ps(_mm256_loadu_si256(krow.add(32 * c) as *const __m256i));
+    // Per head and chunk row: the score, then the rescale of the old sums and the row's
+    // weight (a weight of −1, never a real one, marks a row the head skips).
+    let mut score = [[0f32; CHUNK_ROWS]; MAX_HEADS];
+    let mut step = [[(1f32, 0f32); CHUNK_ROWS]; MAX_HEADS];
+    for (c0, chunk) in kv.rows.chunks(CHUNK_ROWS).enumerate() {
+        for (r, &(j, _)) in chunk.iter().enumerate() {
+            if let Some(&(ahead, _)) = kv.rows.get(c0 * CHUNK_ROWS + r + KV_AHEAD) {
+                super::prefetch(kv.k.wrapping_add(ahead * kv.k_stride), 2 * d);
+                super::prefetch(kv.v.wrapping_add(ahead * kv.v_stride), 2 * dv);
             }
-            for g in 0..n {
-                // The F16 dot kernel's order: one accumulator over the chunks, then its sum.
-                let mut dot = _mm512_setzero_ps();
-                for (c, &kc) in kf.iter().enumerate().take(d / 16) {
-                    dot = _mm512_fmadd_ps(kc, _mm512_loadu_ps(qp.add(g * d + 16 * c)), dot);
+            // SAFETY: row j of K holds d f16s (caller); q holds n·d f32s.
+            unsafe {
+                let krow = kv.k.add(j * kv.k_stride);
+                for (c, kc) in kf.iter_mut().enumerate().take(d / 16) {
+                    *kc = _mm512_cvtph_ps(_mm256_loadu_si256(krow.add(32 * c) as *const __m256i));
                 }
-                let s = _mm512_reduce_add_ps(dot) * scale;
-                let Some((ms, vs)) = softmax_step(s, softcap, m, &mut st.max[g]) else {
-                    continue;
-                };
-                let acc = ap.add(g * dv);
-                let (msv, vsv) = (_mm512_set1_ps(ms), _mm512_set1_ps(vs));
-                for c in 0..dv / 16 {
-                    let mut a = _mm512_loadu_ps(acc.add(16 * c));
-                    if ms != 1.0 {
-                        a = round16(_mm512_mul_ps(a, msv));
+                for (g, sg) in score.iter_mut().enumerate().take(n) {
+                    // The F16 dot kernel's order: one accumulator over the chunks, then its sum.
+                    let mut dot = _mm512_setzero_ps();
+                    for (c, &kc) in kf.iter().enumerate().take(d / 16) {
+                        dot = _mm512_fmadd_ps(kc, _mm512_loadu_ps(qp.add(g * d + 16 * c)), dot);
                     }
+                    sg[r] = _mm512_reduce_add_ps(dot) * scale;
+                }
+            }
+        }
+        for g in 0..n {
+            for (r, &(_, m)) in chunk.iter().enumerate() {
+                step[g][r] = match softmax_step(score[g][r], softcap, m, &mut st.max[g]) {
+                    Some((ms, vs)) => {
+                        st.sum[g] = st.sum[g] * ms + vs;
+                        (ms, vs)
+                    }
+                    None => (1.0, -1.0),
+                };
+            }
+        }
+        for (r, &(j, _)) in chunk.iter().enumerate() {
+            // SAFETY: row j of V holds dv f16s (caller); acc holds n·dv f32s.
+            unsafe {
+                let vrow = kv.v.add(j * kv.v_stride);
+                for c in 0..dv / 16 {
                     let vc =
                         _mm512_cvtph_ps(_mm256_loadu_si256(vrow.add(32 * c) as *const __m256i));
-                    _mm512_storeu_ps(acc.add(16 * c), round16(_mm512_fmadd_ps(vc, vsv, a)));
+                    for (g, sg) in step.iter().enumerate().take(n) {
+                        let (ms, vs) = sg[r];
+                        if vs < 0.0 {
+                            continue;
+                        }
+                        let acc = ap.add(g * dv + 16 * c);
+                        let mut a = _mm512_loadu_ps(acc);
+                        if ms != 1.0 {
+                            a = round16(_mm512_mul_ps(a, _mm512_set1_ps(ms)));
+                        }
+                        _mm512_storeu_ps(acc, round16(_mm512_fmadd_ps(vc, _mm512_set1_ps(vs), a)));
+                    }
                 }
-                st.sum[g] = st.sum[g] * ms + vs;
             }
         }
     }
