@@ -10,6 +10,7 @@ mod perplexity;
 mod plan;
 mod quantize;
 mod run;
+mod serve;
 mod tokenize;
 mod train;
 mod train_loop;
@@ -51,13 +52,19 @@ enum Command {
     Plan(plan::PlanArgs),
     /// Print the token ids of a text (as llama.cpp's llama-tokenize does).
     Tokenize(tokenize::TokenizeArgs),
+    /// Serve the model over an OpenAI-compatible HTTP API (chat, completions, streaming).
+    Serve(Box<serve::ServeArgs>),
 }
 
 /// llama.cpp spells some flags with one dash and several letters (`-sys`); clap takes those as
 /// long flags only, so they are rewritten before parsing.
 fn llama_cpp_spellings(args: impl Iterator<Item = std::ffi::OsString>) -> Vec<std::ffi::OsString> {
-    args.map(|a| if a == "-sys" { "--sys".into() } else { a })
-        .collect()
+    args.map(|a| match a.to_str() {
+        Some("-sys") => "--sys".into(),
+        Some("-np") => "--np".into(),
+        _ => a,
+    })
+    .collect()
 }
 
 fn main() -> ExitCode {
@@ -71,6 +78,7 @@ fn main() -> ExitCode {
         Command::Perplexity(args) => perplexity::run(&args),
         Command::Quantize(args) => quantize::run(&args),
         Command::Tokenize(args) => tokenize::run(&args),
+        Command::Serve(args) => serve::run(&args),
         Command::Finetune(args) => finetune::run(&args),
         Command::Train(args) => train::run(&args),
     };

@@ -1,0 +1,64 @@
+//! `tnn serve`: the OpenAI-compatible HTTP server (flags only; the server is `tinynn-server`).
+
+use anyhow::{Context, Result};
+use clap::Args;
+
+use crate::generate::ModelArgs;
+
+#[derive(Args)]
+pub struct ServeArgs {
+    #[command(flatten)]
+    pub model: ModelArgs,
+    #[command(flatten)]
+    pub lora: crate::lora_args::LoraArgs,
+    /// Address to listen on (127.0.0.1: this machine only; 0.0.0.0: every interface).
+    #[arg(long, default_value = "127.0.0.1")]
+    pub host: String,
+    /// Port to listen on.
+    #[arg(long, default_value_t = 8080)]
+    pub port: u16,
+    /// Requests generating at once (slots); each gets ctx-size / parallel tokens.
+    #[arg(long = "parallel", visible_alias = "np", default_value_t = 4)]
+    pub parallel: usize,
+    /// Requests that may wait for a free slot (more are answered 429).
+    #[arg(long, default_value_t = 64)]
+    pub queue: usize,
+    /// Clients must send `Authorization: Bearer KEY`.
+    #[arg(long = "api-key")]
+    pub api_key: Option<String>,
+    /// Let browser pages from this origin call the API (CORS).
+    #[arg(long)]
+    pub cors: Option<String>,
+    /// Chat template file to use instead of the model's.
+    #[arg(long = "chat-template")]
+    pub chat_template: Option<std::path::PathBuf>,
+}
+
+pub fn run(args: &ServeArgs) -> Result<()> {
+    let chat_template = args
+        .chat_template
+        .as_ref()
+        .map(|p| std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display())))
+        .transpose()?;
+    let config = tinynn_server::ServerConfig {
+        model: args.model.path()?,
+        host: args.host.clone(),
+        port: args.port,
+        n_ctx: args.model.ctx,
+        slots: args.parallel,
+        queue: args.queue,
+        n_batch: args.model.batch,
+        exec: args.model.exec_options(),
+        api_key: args.api_key.clone(),
+        cors: args.cors.clone(),
+        lora: args.lora.applied()?,
+        chat_template,
+    };
+    anyhow::ensure!(
+        (1..=64).contains(&args.parallel),
+        "--parallel must be between 1 and 64 (got {})",
+        args.parallel
+    );
+    tinynn_server::run_until_signal(config)?;
+    Ok(())
+}

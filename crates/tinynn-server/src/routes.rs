@@ -1,0 +1,693 @@
+//! The HTTP routes: request checks, submission to the engine, and the OpenAI response shapes
+//! (whole JSON or server-sent events).
+
+use std::convert::Infallible;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Instant;
+
+use axum::body::Bytes;
+use axum::extract::{Request, State};
+use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode};
+use axum::middleware::{self, Next};
+use axum::response::sse::{Event as SseEvent, Sse};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use serde_json::{json, Value};
+use tinynn_models::generate::Finish;
+use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver};
+use tokio_stream::wrappers::ReceiverStream;
+
+use crate::api::{self, CompletionRequest, Prompt, SamplingFields};
+use crate::engine::{Event, GenParams, Request as EngineRequest, TokenLogprob};
+use crate::error::ApiError;
+use crate::{AppState, Ready};
+
+type Shared = Arc<AppState>;
+
+pub(crate) fn router(state: Shared) -> Router {
+    Router::new()
+        .route("/v1/chat/completions", post(chat_completions))
+        .route("/v1/completions", post(completions))
+        .route("/v1/models", get(models))
+        .route("/health", get(health))
+        .route("/metrics", get(metrics))
+        .route("/tokenize", post(tokenize))
+        .route("/detokenize", post(detokenize))
+        .fallback(|req: Request| async move { ApiError::not_found(req.uri().path()) })
+        .layer(middleware::from_fn_with_state(state.clone(), guard))
+        .with_state(state)
+}
+
+/// API key and CORS around every route (`/health` and `/metrics` need no key).
+async fn guard(State(state): State<Shared>, req: Request, next: Next) -> Response {
+    let cors = state.config.cors.clone();
+    let path = req.uri().path().to_owned();
+    let mut resp = if req.method() == Method::OPTIONS && cors.is_some() {
+        StatusCode::NO_CONTENT.into_response()
+    } else if !authorized(&state, req.headers(), &path) {
+        ApiError::unauthorized().into_response()
+    } else {
+        if path != "/health" && path != "/metrics" {
+            state.metrics.requests.fetch_add(1, Ordering::Relaxed);
+        }
+        next.run(req).await
+    };
+    if let Some(origin) = cors.and_then(|o| HeaderValue::from_str(&o).ok()) {
+        let h = resp.headers_mut();
+        h.insert(header::ACCESS_CONTROL_ALLOW_ORIGIN, origin);
+        h.insert(
+            header::ACCESS_CONTROL_ALLOW_HEADERS,
+            HeaderValue::from_static("authorization, content-type"),
+        );
+        h.insert(
+            header::ACCESS_CONTROL_ALLOW_METHODS,
+            HeaderValue::from_static("GET, POST, OPTIONS"),
+        );
+    }
+    resp
+}
+
+fn authorized(state: &AppState, headers: &HeaderMap, path: &str) -> bool {
+    let Some(key) = &state.config.api_key else {
+        return true;
+    };
+    if path == "/health" || path == "/metrics" {
+        return true;
+    }
+    let given = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "));
+    given.is_some_and(|g| constant_time_eq(g.as_bytes(), key.as_bytes()))
+}
+
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+/// The loaded model, or 503 while it loads (500 when it failed to).
+fn ready(state: &AppState) -> Result<&Ready, ApiError> {
+    match state.ready.get() {
+        None => Err(ApiError::loading()),
+        Some(Ok(r)) => Ok(r),
+        Some(Err(e)) => Err(ApiError::internal(format!("the model failed to load: {e}"))),
+    }
+}
+
+async fn health(State(state): State<Shared>) -> Response {
+    match ready(&state) {
+        Ok(_) => Json(json!({"status": "ok"})).into_response(),
+        Err(e) => e.into_response(),
+    }
+}
+
+async fn metrics(State(state): State<Shared>) -> Response {
+    (
+        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
+        state.metrics.render(),
+    )
+        .into_response()
+}
+
+async fn models(State(state): State<Shared>) -> Result<Json<Value>, ApiError> {
+    let r = ready(&state)?;
+    let c = r.model.config();
+    Ok(Json(json!({
+        "object": "list",
+        "data": [{
+            "id": r.model_id,
+            "object": "model",
+            "created": r.created,
+            "owned_by": "tinynn",
+            "meta": {
+                "n_ctx_train": c.n_ctx_train,
+                "n_vocab": r.n_vocab,
+                "n_embd": c.n_embd,
+                "n_ctx_slot": r.engine.slot_ctx,
+            },
+        }],
+    })))
+}
+
+async fn tokenize(State(state): State<Shared>, body: Bytes) -> Result<Json<Value>, ApiError> {
+    let r = ready(&state)?;
+    let req: api::TokenizeRequest = api::parse(&body)?;
+    let tok = r
+        .model
+        .tokenizer()
+        .map_err(|e| ApiError::internal(e.to_string()))?;
+    let ids = tok
+        .encode(&req.content, req.add_special)
+        .map_err(|e| ApiError::bad_request(e.to_string(), Some("content")))?;
+    Ok(Json(json!({ "tokens": ids })))
+}
+
+async fn detokenize(State(state): State<Shared>, body: Bytes) -> Result<Json<Value>, ApiError> {
+    let r = ready(&state)?;
+    let req: api::DetokenizeRequest = api::parse(&body)?;
+    let vocab = r.n_vocab;
+    if let Some(bad) = req.tokens.iter().find(|&&t| t as usize >= vocab) {
+        return Err(ApiError::bad_request(
+            format!("token {bad} is not in the vocabulary (0..{vocab})"),
+            Some("tokens"),
+        ));
+    }
+    let tok = r
+        .model
+        .tokenizer()
+        .map_err(|e| ApiError::internal(e.to_string()))?;
+    let text = tok
+        .decode(&req.tokens)
+        .map_err(|e| ApiError::bad_request(e.to_string(), Some("tokens")))?;
+    Ok(Json(json!({ "content": text })))
+}
+
+/// Which endpoint a generation answers.
+#[derive(Clone, Copy, PartialEq)]
+enum Kind {
+    Chat,
+    Completion,
+}
+
+/// A checked generation request: prompts (one per prompt × `n` choice) and how to answer.
+struct Job {
+    kind: Kind,
+    /// Per choice: its prompt's index and its settings.
+    choices: Vec<(usize, GenParams)>,
+    prompts: Vec<Vec<u32>>,
+    /// Text put before each choice's text (`echo`).
+    echo: Vec<String>,
+    stream: bool,
+    include_usage: bool,
+    logprobs: Option<usize>,
+}
+
+fn check_model(r: &Ready, s: &SamplingFields) -> Result<(), ApiError> {
+    match &s.model {
+        Some(m) if !m.is_empty() && *m != r.model_id && !r.model_id.starts_with(m.as_str()) => {
+            Err(ApiError::bad_request(
+                format!(
+                    "model '{m}' is not served here (this server serves '{}')",
+                    r.model_id
+                ),
+                Some("model"),
+            ))
+        }
+        _ => Ok(()),
+    }
+}
+
+fn check_prompt(r: &Ready, prompt: &[u32]) -> Result<(), ApiError> {
+    if prompt.is_empty() {
+        return Err(ApiError::bad_request("the prompt is empty", Some("prompt")));
+    }
+    if prompt.len() >= r.engine.slot_ctx {
+        return Err(ApiError::bad_request(
+            format!(
+                "the prompt is {} tokens, which does not fit the context of {} tokens per slot",
+                prompt.len(),
+                r.engine.slot_ctx
+            ),
+            Some("messages"),
+        ));
+    }
+    Ok(())
+}
+
+fn job(
+    r: &Ready,
+    kind: Kind,
+    prompts: Vec<Vec<u32>>,
+    echo: Vec<String>,
+    s: &SamplingFields,
+    logprobs: Option<usize>,
+) -> Result<Job, ApiError> {
+    check_model(r, s)?;
+    for p in &prompts {
+        check_prompt(r, p)?;
+    }
+    let n = api::choices(s)?;
+    let vocab = r.n_vocab;
+    let mut choices = Vec::new();
+    for p in 0..prompts.len() {
+        for j in 0..n {
+            choices.push((p, api::gen_params(s, logprobs, vocab, p * n + j)?));
+        }
+    }
+    Ok(Job {
+        kind,
+        choices,
+        prompts,
+        echo,
+        stream: s.stream,
+        include_usage: s.stream_options.as_ref().is_some_and(|o| o.include_usage),
+        logprobs,
+    })
+}
+
+async fn chat_completions(State(state): State<Shared>, body: Bytes) -> Result<Response, ApiError> {
+    let r = ready(&state)?;
+    let req: api::ChatRequest = api::parse(&body)?;
+    let messages = api::messages(&req)?;
+    let template = r.template.as_ref().ok_or_else(|| {
+        ApiError::bad_request(
+            "the model has no chat template: use /v1/completions, or start the server with --chat-template",
+            None,
+        )
+    })?;
+    let text = template.render(&messages, true).map_err(|e| {
+        ApiError::bad_request(
+            format!("rendering the chat template: {e}"),
+            Some("messages"),
+        )
+    })?;
+    let tok = r
+        .model
+        .tokenizer()
+        .map_err(|e| ApiError::internal(e.to_string()))?;
+    let prompt = tok
+        .encode(&text, true)
+        .map_err(|e| ApiError::internal(e.to_string()))?;
+    let logprobs = req.logprobs.then(|| req.top_logprobs.unwrap_or(0));
+    if req.top_logprobs.is_some() && !req.logprobs {
+        return Err(ApiError::bad_request(
+            "`top_logprobs` needs `logprobs: true`",
+            Some("top_logprobs"),
+        ));
+    }
+    let job = job(
+        r,
+        Kind::Chat,
+        vec![prompt],
+        vec![String::new()],
+        &req.sampling,
+        logprobs,
+    )?;
+    run(state.clone(), job).await
+}
+
+async fn completions(State(state): State<Shared>, body: Bytes) -> Result<Response, ApiError> {
+    let r = ready(&state)?;
+    let req: CompletionRequest = api::parse(&body)?;
+    let tok = r
+        .model
+        .tokenizer()
+        .map_err(|e| ApiError::internal(e.to_string()))?;
+    let vocab = r.n_vocab;
+    let texts: Vec<String> = match &req.prompt {
+        Prompt::Text(t) => vec![t.clone()],
+        Prompt::Texts(v) if v.is_empty() || v.len() > api::MAX_CHOICES => {
+            return Err(ApiError::bad_request(
+                "`prompt` must hold between 1 and 16 strings",
+                Some("prompt"),
+            ))
+        }
+        Prompt::Texts(v) => v.clone(),
+        Prompt::Tokens(ids) => {
+            if let Some(bad) = ids.iter().find(|&&t| t as usize >= vocab) {
+                return Err(ApiError::bad_request(
+                    format!("prompt token {bad} is not in the vocabulary (0..{vocab})"),
+                    Some("prompt"),
+                ));
+            }
+            let text = tok
+                .decode(ids)
+                .map_err(|e| ApiError::bad_request(e.to_string(), Some("prompt")))?;
+            let job = job(
+                r,
+                Kind::Completion,
+                vec![ids.clone()],
+                vec![if req.echo { text } else { String::new() }],
+                &req.sampling,
+                req.logprobs,
+            )?;
+            return run(state.clone(), job).await;
+        }
+    };
+    let mut prompts = Vec::new();
+    for t in &texts {
+        prompts.push(
+            tok.encode(t, true)
+                .map_err(|e| ApiError::internal(e.to_string()))?,
+        );
+    }
+    let echo = texts
+        .into_iter()
+        .map(|t| if req.echo { t } else { String::new() })
+        .collect();
+    let job = job(
+        r,
+        Kind::Completion,
+        prompts,
+        echo,
+        &req.sampling,
+        req.logprobs,
+    )?;
+    run(state.clone(), job).await
+}
+
+/// Submits every choice of `job`; 429 (and nothing left running) when the queue is full.
+fn submit(r: &Ready, job: &Job) -> Result<UnboundedReceiver<(usize, Event)>, ApiError> {
+    let (tx, rx) = unbounded_channel();
+    let received = Instant::now();
+    for (i, (p, params)) in job.choices.iter().enumerate() {
+        let req = EngineRequest {
+            prompt: job.prompts[*p].clone(),
+            params: params.clone(),
+            index: i,
+            events: tx.clone(),
+            received,
+        };
+        if r.engine.submit(req).is_err() {
+            // Dropping rx cancels the choices already queued.
+            return Err(ApiError::queue_full());
+        }
+    }
+    Ok(rx)
+}
+
+async fn run(state: Shared, job: Job) -> Result<Response, ApiError> {
+    let r = ready(&state)?;
+    let rx = submit(r, &job).inspect_err(|_| {
+        state
+            .metrics
+            .requests_rejected
+            .fetch_add(1, Ordering::Relaxed);
+    })?;
+    let id = format!(
+        "{}-{:x}",
+        if job.kind == Kind::Chat {
+            "chatcmpl"
+        } else {
+            "cmpl"
+        },
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos())
+    );
+    let meta = Meta {
+        id,
+        created: r.created.max(unix_now()),
+        model: r.model_id.clone(),
+        model_ref: r.model.clone(),
+    };
+    if job.stream {
+        Ok(stream(meta, job, rx).into_response())
+    } else {
+        whole(meta, job, rx).await
+    }
+}
+
+fn unix_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+struct Meta {
+    id: String,
+    created: u64,
+    model: String,
+    model_ref: Arc<tinynn_models::model::Model>,
+}
+
+impl Meta {
+    fn token_text(&self, t: u32) -> (String, Vec<u8>) {
+        let bytes = self
+            .model_ref
+            .vocab()
+            .map(|v| v.token_bytes(t))
+            .unwrap_or_default();
+        (String::from_utf8_lossy(&bytes).into_owned(), bytes)
+    }
+
+    /// A chat `logprobs.content` entry.
+    fn chat_logprob(&self, lp: &TokenLogprob) -> Value {
+        let entry = |t: u32, l: f32| {
+            let (text, bytes) = self.token_text(t);
+            json!({"token": text, "logprob": l, "bytes": bytes})
+        };
+        let mut e = entry(lp.token, lp.logprob);
+        e["top_logprobs"] = Value::Array(lp.top.iter().map(|&(t, l)| entry(t, l)).collect());
+        e
+    }
+}
+
+fn finish_name(f: Finish) -> &'static str {
+    match f {
+        Finish::Length => "length",
+        Finish::EndToken | Finish::Stop => "stop",
+    }
+}
+
+/// One choice's text and log-probabilities, gathered for a whole answer.
+#[derive(Default)]
+struct Gathered {
+    text: String,
+    finish: Option<Finish>,
+    /// Chat: `logprobs.content`; completions: tokens, their logprobs, tops, offsets.
+    chat_lp: Vec<Value>,
+    tokens: Vec<String>,
+    token_lp: Vec<f32>,
+    top_lp: Vec<Value>,
+    offsets: Vec<usize>,
+}
+
+fn usage(prompt_tokens: usize, completion_tokens: usize) -> Value {
+    json!({
+        "prompt_tokens": prompt_tokens,
+        "completion_tokens": completion_tokens,
+        "total_tokens": prompt_tokens + completion_tokens,
+    })
+}
+
+async fn whole(
+    meta: Meta,
+    job: Job,
+    mut rx: UnboundedReceiver<(usize, Event)>,
+) -> Result<Response, ApiError> {
+    let mut out: Vec<Gathered> = job
+        .choices
+        .iter()
+        .map(|(p, _)| Gathered {
+            text: job.echo[*p].clone(),
+            ..Gathered::default()
+        })
+        .collect();
+    let mut left = out.len();
+    let mut completion_tokens = 0;
+    while left > 0 {
+        let Some((i, ev)) = rx.recv().await else {
+            return Err(ApiError::internal("the engine stopped"));
+        };
+        let g = &mut out[i];
+        match ev {
+            Event::Piece { text, logprob, .. } => {
+                if let Some(lp) = &logprob {
+                    if job.kind == Kind::Chat {
+                        g.chat_lp.push(meta.chat_logprob(lp));
+                    } else {
+                        let (t, _) = meta.token_text(lp.token);
+                        g.offsets.push(g.text.len());
+                        g.tokens.push(t);
+                        g.token_lp.push(lp.logprob);
+                        let top: serde_json::Map<String, Value> = lp
+                            .top
+                            .iter()
+                            .map(|&(t, l)| (meta.token_text(t).0, json!(l)))
+                            .collect();
+                        g.top_lp.push(Value::Object(top));
+                    }
+                }
+                g.text.push_str(&text);
+            }
+            Event::Done {
+                finish,
+                completion_tokens: c,
+                ..
+            } => {
+                g.finish = Some(finish);
+                completion_tokens += c;
+                left -= 1;
+            }
+            Event::Error(e) => return Err(ApiError::internal(e)),
+        }
+    }
+    let prompt_tokens: usize = job.prompts.iter().map(Vec::len).sum();
+    let choices: Vec<Value> = out
+        .into_iter()
+        .enumerate()
+        .map(|(i, g)| {
+            let finish = g.finish.map(finish_name);
+            match job.kind {
+                Kind::Chat => json!({
+                    "index": i,
+                    "message": {"role": "assistant", "content": g.text},
+                    "logprobs": job.logprobs.map(|_| json!({"content": g.chat_lp})),
+                    "finish_reason": finish,
+                }),
+                Kind::Completion => json!({
+                    "index": i,
+                    "text": g.text,
+                    "logprobs": job.logprobs.map(|_| json!({
+                        "tokens": g.tokens,
+                        "token_logprobs": g.token_lp,
+                        "top_logprobs": g.top_lp,
+                        "text_offset": g.offsets,
+                    })),
+                    "finish_reason": finish,
+                }),
+            }
+        })
+        .collect();
+    Ok(Json(json!({
+        "id": meta.id,
+        "object": if job.kind == Kind::Chat { "chat.completion" } else { "text_completion" },
+        "created": meta.created,
+        "model": meta.model,
+        "choices": choices,
+        "usage": usage(prompt_tokens, completion_tokens),
+    }))
+    .into_response())
+}
+
+/// The answer as server-sent events: a chunk per piece of text, a last chunk per choice with
+/// its finish reason, the usage chunk when asked for, then `data: [DONE]`.
+fn stream(
+    meta: Meta,
+    job: Job,
+    mut rx: UnboundedReceiver<(usize, Event)>,
+) -> Sse<ReceiverStream<Result<SseEvent, Infallible>>> {
+    let (tx, out) = tokio::sync::mpsc::channel::<Result<SseEvent, Infallible>>(64);
+    tokio::spawn(async move {
+        let object = if job.kind == Kind::Chat {
+            "chat.completion.chunk"
+        } else {
+            "text_completion"
+        };
+        let chunk = |choice: Value| {
+            let mut c = json!({
+                "id": meta.id,
+                "object": object,
+                "created": meta.created,
+                "model": meta.model,
+                "choices": [choice],
+            });
+            if job.include_usage {
+                c["usage"] = Value::Null;
+            }
+            SseEvent::default().data(c.to_string())
+        };
+        let mut first = vec![true; job.choices.len()];
+        let mut text_len = vec![0usize; job.choices.len()];
+        let mut left = job.choices.len();
+        let mut completion_tokens = 0;
+        while left > 0 {
+            // Stop (and so cancel the engine's work) as soon as the client is gone.
+            let ev = tokio::select! {
+                ev = rx.recv() => ev,
+                _ = tx.closed() => return,
+            };
+            let Some((i, ev)) = ev else {
+                let _ = tx
+                    .send(Ok(SseEvent::default().data(
+                        ApiError::internal("the engine stopped").body().to_string(),
+                    )))
+                    .await;
+                return;
+            };
+            let mut events = Vec::new();
+            match ev {
+                Event::Piece { text, logprob, .. } => {
+                    let mut text = text;
+                    if first[i] && job.kind == Kind::Completion {
+                        text.insert_str(0, &job.echo[job.choices[i].0]);
+                    }
+                    let lp = logprob.as_ref().map(|lp| match job.kind {
+                        Kind::Chat => json!({"content": [meta.chat_logprob(lp)]}),
+                        Kind::Completion => {
+                            let (t, _) = meta.token_text(lp.token);
+                            let top: serde_json::Map<String, Value> = lp
+                                .top
+                                .iter()
+                                .map(|&(t, l)| (meta.token_text(t).0, json!(l)))
+                                .collect();
+                            json!({"tokens": [t], "token_logprobs": [lp.logprob],
+                                   "top_logprobs": [top], "text_offset": [text_len[i]]})
+                        }
+                    });
+                    text_len[i] += text.len();
+                    events.push(match job.kind {
+                        Kind::Chat => {
+                            let delta = if first[i] {
+                                json!({"role": "assistant", "content": text})
+                            } else {
+                                json!({"content": text})
+                            };
+                            chunk(json!({"index": i, "delta": delta, "logprobs": lp, "finish_reason": null}))
+                        }
+                        Kind::Completion => chunk(
+                            json!({"index": i, "text": text, "logprobs": lp, "finish_reason": null}),
+                        ),
+                    });
+                    first[i] = false;
+                }
+                Event::Done {
+                    finish,
+                    completion_tokens: c,
+                    ..
+                } => {
+                    completion_tokens += c;
+                    left -= 1;
+                    let name = finish_name(finish);
+                    events.push(match job.kind {
+                        Kind::Chat => {
+                            let delta = if first[i] {
+                                json!({"role": "assistant", "content": ""})
+                            } else {
+                                json!({})
+                            };
+                            chunk(json!({"index": i, "delta": delta, "logprobs": null, "finish_reason": name}))
+                        }
+                        Kind::Completion => chunk(json!({
+                            "index": i,
+                            "text": if first[i] { job.echo[job.choices[i].0].clone() } else { String::new() },
+                            "logprobs": null,
+                            "finish_reason": name,
+                        })),
+                    });
+                    first[i] = false;
+                }
+                Event::Error(e) => {
+                    let _ = tx
+                        .send(Ok(
+                            SseEvent::default().data(ApiError::internal(e).body().to_string())
+                        ))
+                        .await;
+                    return;
+                }
+            }
+            for e in events {
+                if tx.send(Ok(e)).await.is_err() {
+                    return;
+                }
+            }
+        }
+        if job.include_usage {
+            let prompt_tokens: usize = job.prompts.iter().map(Vec::len).sum();
+            let u = json!({
+                "id": meta.id,
+                "object": object,
+                "created": meta.created,
+                "model": meta.model,
+                "choices": [],
+                "usage": usage(prompt_tokens, completion_tokens),
+            });
+            let _ = tx.send(Ok(SseEvent::default().data(u.to_string()))).await;
+        }
+        let _ = tx.send(Ok(SseEvent::default().data("[DONE]"))).await;
+    });
+    Sse::new(ReceiverStream::new(out))
+}

@@ -1,0 +1,427 @@
+//! The server on loopback with the default model, driven over raw HTTP/1.0: OpenAI shapes,
+//! greedy text equal to the library's (alone and 4 clients at once), stop strings, usage,
+//! seeds, logprobs, errors, a client that disconnects, the API key and a full queue.
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+use tinynn_cpu::ExecOptions;
+use tinynn_models::chat::Message;
+use tinynn_models::generate::GenerateOptions;
+use tinynn_models::model::Model;
+use tinynn_models::session::Session;
+use tinynn_server::{spawn, RunningServer, ServerConfig};
+
+fn exec() -> ExecOptions {
+    ExecOptions {
+        threads: 2,
+        ..ExecOptions::default()
+    }
+}
+
+fn server(slots: usize, queue: usize, api_key: Option<&str>) -> RunningServer {
+    let model = tinynn_format::model_cache::ensure_default_model().expect("default model");
+    let s = spawn(ServerConfig {
+        model,
+        port: 0,
+        n_ctx: 512 * slots,
+        slots,
+        queue,
+        exec: exec(),
+        api_key: api_key.map(str::to_owned),
+        ..ServerConfig::default()
+    })
+    .expect("server starts");
+    s.wait_ready().expect("model loads");
+    s
+}
+
+/// One HTTP/1.0 exchange: status, headers (lowercase names) and body.
+fn http(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    body: &[u8],
+    headers: &[(&str, &str)],
+) -> (u16, Vec<(String, String)>, String) {
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(300))).unwrap();
+    let mut req = format!(
+        "{method} {path} HTTP/1.0\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: {}\r\n",
+        body.len()
+    );
+    for (k, v) in headers {
+        req.push_str(&format!("{k}: {v}\r\n"));
+    }
+    req.push_str("\r\n");
+    s.write_all(req.as_bytes()).unwrap();
+    s.write_all(body).unwrap();
+    let mut raw = Vec::new();
+    s.read_to_end(&mut raw).unwrap();
+    let raw = String::from_utf8(raw).unwrap();
+    let (head, body) = raw.split_once("\r\n\r\n").unwrap();
+    let mut lines = head.lines();
+    let status = lines
+        .next()
+        .unwrap()
+        .split(' ')
+        .nth(1)
+        .unwrap()
+        .parse()
+        .unwrap();
+    let headers = lines
+        .filter_map(|l| l.split_once(':'))
+        .map(|(k, v)| (k.trim().to_lowercase(), v.trim().to_owned()))
+        .collect();
+    (status, headers, body.to_owned())
+}
+
+fn post(addr: SocketAddr, path: &str, body: &Value) -> (u16, Value) {
+    let (status, _, text) = http(addr, "POST", path, body.to_string().as_bytes(), &[]);
+    (status, serde_json::from_str(&text).unwrap_or(Value::Null))
+}
+
+/// The `data:` payloads of a server-sent-event body.
+fn sse(body: &str) -> Vec<String> {
+    body.lines()
+        .filter_map(|l| l.strip_prefix("data: "))
+        .map(str::to_owned)
+        .collect()
+}
+
+/// A streamed completion's text, finish reason and usage chunk.
+fn stream_completion(addr: SocketAddr, body: &Value) -> (String, String, Value) {
+    let (status, _, text) = http(
+        addr,
+        "POST",
+        "/v1/completions",
+        body.to_string().as_bytes(),
+        &[],
+    );
+    assert_eq!(status, 200, "{text}");
+    let events = sse(&text);
+    assert_eq!(events.last().map(String::as_str), Some("[DONE]"), "{text}");
+    let (mut out, mut finish, mut usage) = (String::new(), String::new(), Value::Null);
+    for e in &events[..events.len() - 1] {
+        let v: Value = serde_json::from_str(e).unwrap();
+        assert_eq!(v["object"], "text_completion");
+        if let Some(c) = v["choices"].get(0) {
+            out.push_str(c["text"].as_str().unwrap());
+            if let Some(f) = c["finish_reason"].as_str() {
+                finish = f.to_owned();
+            }
+        } else {
+            usage = v["usage"].clone();
+        }
+    }
+    (out, finish, usage)
+}
+
+/// Greedy text of `prompt` from the library, alone.
+fn alone(model: &std::sync::Arc<Model>, prompt: &str, n: usize) -> String {
+    let mut s = Session::new(model.clone(), 512, exec()).unwrap();
+    let opts = GenerateOptions {
+        max_tokens: n,
+        ..GenerateOptions::default()
+    };
+    s.generate_text(prompt, &opts).unwrap().text().unwrap()
+}
+
+fn metric(addr: SocketAddr, name: &str) -> f64 {
+    let (_, _, text) = http(addr, "GET", "/metrics", b"", &[]);
+    text.lines()
+        .find_map(|l| l.strip_prefix(&format!("{name} ")))
+        .unwrap_or_else(|| panic!("{name} in {text}"))
+        .parse()
+        .unwrap()
+}
+
+#[test]
+fn serves_openai_shapes_with_the_librarys_text() {
+    let srv = server(4, 16, None);
+    let addr = srv.addr();
+    let model = Model::open(tinynn_format::model_cache::ensure_default_model().unwrap()).unwrap();
+
+    let (status, _, health) = http(addr, "GET", "/health", b"", &[]);
+    assert_eq!((status, health.as_str()), (200, r#"{"status":"ok"}"#));
+    let (_, _, models) = http(addr, "GET", "/v1/models", b"", &[]);
+    let models: Value = serde_json::from_str(&models).unwrap();
+    let id = models["data"][0]["id"].as_str().unwrap().to_owned();
+    assert_eq!(id, "SmolLM2-135M-Instruct.Q4_1.gguf");
+
+    // Four clients at once, prompts of different lengths: each gets its text alone.
+    let prompts = [
+        "The capital of France is",
+        "def fibonacci(n):",
+        "Once upon a time, in a small village at the edge of a great forest, there lived",
+        "Q: What is 7 times 8?\nA:",
+    ];
+    let n = 20;
+    let texts: Vec<(String, String, Value)> = std::thread::scope(|sc| {
+        let handles: Vec<_> = prompts
+            .iter()
+            .map(|p| {
+                let id = &id;
+                sc.spawn(move || {
+                    stream_completion(
+                        addr,
+                        &json!({"model": id, "prompt": p, "max_tokens": n, "temperature": 0,
+                                "stream": true, "stream_options": {"include_usage": true}}),
+                    )
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let tok = model.tokenizer().unwrap();
+    for (p, (text, finish, usage)) in prompts.iter().zip(&texts) {
+        let want = alone(&model, p, n);
+        assert_eq!(text, &want, "prompt {p:?}");
+        let prompt_tokens = tok.encode(p, true).unwrap().len();
+        assert_eq!(usage["prompt_tokens"], prompt_tokens);
+        let done = usage["completion_tokens"].as_u64().unwrap();
+        assert!(done <= n as u64 && done > 0);
+        assert_eq!(finish, if done == n as u64 { "length" } else { "stop" });
+    }
+
+    // The same, not streamed.
+    let (status, v) = post(
+        addr,
+        "/v1/completions",
+        &json!({"prompt": prompts[1], "max_tokens": n, "temperature": 0}),
+    );
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(v["choices"][0]["text"], texts[1].0);
+    assert_eq!(
+        v["usage"]["total_tokens"],
+        v["usage"]["prompt_tokens"].as_u64().unwrap()
+            + v["usage"]["completion_tokens"].as_u64().unwrap()
+    );
+
+    // Chat renders the model's template, as the library's chat does.
+    let messages = [Message::new("user", "Name three colors.")];
+    let want = {
+        let mut s = Session::new(model.clone(), 512, exec()).unwrap();
+        let template = model.chat_template(None).unwrap();
+        let opts = GenerateOptions {
+            max_tokens: 16,
+            ..GenerateOptions::default()
+        };
+        s.chat(&template, &messages, &opts).unwrap().text().unwrap()
+    };
+    let (status, v) = post(
+        addr,
+        "/v1/chat/completions",
+        &json!({"messages": [{"role": "user", "content": "Name three colors."}], "max_tokens": 16, "temperature": 0}),
+    );
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(v["object"], "chat.completion");
+    assert_eq!(v["choices"][0]["message"]["role"], "assistant");
+    assert_eq!(v["choices"][0]["message"]["content"], want);
+
+    // Chat streaming: role first, then the same text.
+    let body = json!({"messages": [{"role": "user", "content": "Name three colors."}], "max_tokens": 16, "temperature": 0, "stream": true});
+    let (_, _, text) = http(
+        addr,
+        "POST",
+        "/v1/chat/completions",
+        body.to_string().as_bytes(),
+        &[],
+    );
+    let events = sse(&text);
+    let chunks: Vec<Value> = events[..events.len() - 1]
+        .iter()
+        .map(|e| serde_json::from_str(e).unwrap())
+        .collect();
+    assert_eq!(chunks[0]["choices"][0]["delta"]["role"], "assistant");
+    let streamed: String = chunks
+        .iter()
+        .filter_map(|c| c["choices"][0]["delta"]["content"].as_str())
+        .collect();
+    assert_eq!(streamed, want);
+
+    // A stop string cuts the text before it; the reason is "stop".
+    let full = &texts[2].0;
+    let cut = full.char_indices().nth(full.chars().count() / 2).unwrap().0;
+    let stop: String = full[cut..].chars().take(3).collect();
+    let (_, v) = post(
+        addr,
+        "/v1/completions",
+        &json!({"prompt": prompts[2], "max_tokens": n, "temperature": 0, "stop": [stop.clone()]}),
+    );
+    let got = v["choices"][0]["text"].as_str().unwrap();
+    assert_eq!(got, &full[..full.find(&stop).unwrap()], "stop {stop:?}");
+    assert_eq!(v["choices"][0]["finish_reason"], "stop");
+
+    // A seed reproduces a sampled text; n = 2 gives two choices.
+    let body = json!({"prompt": "My favourite food is", "max_tokens": 12, "temperature": 1.0, "seed": 42, "n": 2});
+    let (_, a) = post(addr, "/v1/completions", &body);
+    let (_, b) = post(addr, "/v1/completions", &body);
+    assert_eq!(a["choices"].as_array().unwrap().len(), 2);
+    assert_eq!(a["choices"], b["choices"]);
+
+    // Logprobs: one entry a token, the greedy token is the most likely, all ≤ 0.
+    let (_, v) = post(
+        addr,
+        "/v1/completions",
+        &json!({"prompt": prompts[0], "max_tokens": 4, "temperature": 0, "logprobs": 3}),
+    );
+    let lp = &v["choices"][0]["logprobs"];
+    assert_eq!(
+        lp["tokens"].as_array().unwrap().len(),
+        v["usage"]["completion_tokens"].as_u64().unwrap() as usize
+    );
+    for (t, top) in lp["token_logprobs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .zip(lp["top_logprobs"].as_array().unwrap())
+    {
+        let top = top.as_object().unwrap();
+        assert!(top.len() <= 3 && !top.is_empty());
+        let best = top
+            .values()
+            .map(|x| x.as_f64().unwrap())
+            .fold(f64::MIN, f64::max);
+        assert!((t.as_f64().unwrap() - best).abs() < 1e-6 && best <= 0.0);
+    }
+
+    // Tokenize / detokenize round trip.
+    let (_, v) = post(addr, "/tokenize", &json!({"content": "Hello world"}));
+    let ids = v["tokens"].clone();
+    assert_eq!(ids, json!(tok.encode("Hello world", false).unwrap()));
+    let (_, v) = post(addr, "/detokenize", &json!({"tokens": ids}));
+    assert_eq!(v["content"], "Hello world");
+
+    // Errors: OpenAI's shape, 4xx, never 500, and the server stays up.
+    let bad_bodies: [&[u8]; 8] = [
+        b"",
+        b"{",
+        b"[]",
+        b"{\"prompt\": 5}",
+        b"{\"messages\": \"hi\"}",
+        b"{\"prompt\": \"x\", \"max_tokens\": -1}",
+        b"{\"prompt\": \"x\", \"temperature\": \"hot\"}",
+        b"\xff\xfe",
+    ];
+    for body in bad_bodies {
+        for path in ["/v1/completions", "/v1/chat/completions"] {
+            let (status, _, text) = http(addr, "POST", path, body, &[]);
+            assert_eq!(
+                status,
+                400,
+                "{path} {:?}: {text}",
+                String::from_utf8_lossy(body)
+            );
+            let v: Value = serde_json::from_str(&text).unwrap();
+            assert_eq!(v["error"]["type"], "invalid_request_error");
+            assert!(v["error"]["message"].as_str().unwrap().len() > 5);
+        }
+    }
+    let long = "word ".repeat(700);
+    let (status, v) = post(addr, "/v1/completions", &json!({"prompt": long}));
+    assert_eq!(status, 400);
+    let msg = v["error"]["message"].as_str().unwrap();
+    assert!(
+        msg.contains("512") && msg.contains(&tok.encode(&long, true).unwrap().len().to_string()),
+        "{msg}"
+    );
+    let (status, v) = post(
+        addr,
+        "/v1/completions",
+        &json!({"prompt": "x", "model": "gpt-4"}),
+    );
+    assert_eq!((status, v["error"]["param"].as_str()), (400, Some("model")));
+    let (status, _) = post(addr, "/v1/completions", &json!({"prompt": "x", "top_p": 2}));
+    assert_eq!(status, 400);
+    let (status, _, _) = http(addr, "GET", "/v1/nothing", b"", &[]);
+    assert_eq!(status, 404);
+
+    // A client that goes away frees its slot within 250 ms.
+    let mut s = TcpStream::connect(addr).unwrap();
+    let body = json!({"prompt": "Counting to one thousand: 1, 2, 3, 4, 5,", "max_tokens": 400, "temperature": 0, "stream": true}).to_string();
+    write!(
+        s,
+        "POST /v1/completions HTTP/1.0\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let mut buf = [0u8; 4096];
+    let mut seen = String::new();
+    while !seen.contains("data: ") {
+        let k = s.read(&mut buf).unwrap();
+        assert!(k > 0);
+        seen.push_str(&String::from_utf8_lossy(&buf[..k]));
+    }
+    assert_eq!(metric(addr, "tinynn_slots_busy"), 1.0);
+    drop(s);
+    let t0 = Instant::now();
+    while metric(addr, "tinynn_slots_busy") != 0.0 {
+        assert!(
+            t0.elapsed() < Duration::from_millis(250),
+            "slot still busy after {:?}",
+            t0.elapsed()
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    eprintln!("slot freed {:?} after the disconnect", t0.elapsed());
+    assert!(metric(addr, "tinynn_requests_cancelled_total") >= 1.0);
+    assert!(metric(addr, "tinynn_time_to_first_token_seconds_count") >= 4.0);
+    srv.stop().unwrap();
+}
+
+#[test]
+fn api_key_and_a_full_queue() {
+    let srv = server(1, 1, Some("sekret"));
+    let addr = srv.addr();
+    let body = json!({"prompt": "Count: 1, 2, 3,", "max_tokens": 2, "temperature": 0}).to_string();
+    let (status, _, text) = http(addr, "POST", "/v1/completions", body.as_bytes(), &[]);
+    assert_eq!(status, 401, "{text}");
+    let v: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(v["error"]["type"], "authentication_error");
+    let (status, _, _) = http(
+        addr,
+        "POST",
+        "/v1/completions",
+        body.as_bytes(),
+        &[("Authorization", "Bearer wrong")],
+    );
+    assert_eq!(status, 401);
+    let auth = [("Authorization", "Bearer sekret")];
+    let (status, _, _) = http(addr, "POST", "/v1/completions", body.as_bytes(), &auth);
+    assert_eq!(status, 200);
+    let (status, _, _) = http(addr, "GET", "/health", b"", &[]);
+    assert_eq!(status, 200, "health needs no key");
+
+    // One slot busy, one request waiting: the next is refused with 429 and Retry-After.
+    let long = json!({"prompt": "Counting to one thousand: 1, 2, 3, 4, 5,", "max_tokens": 300, "temperature": 0, "stream": true}).to_string();
+    let open = |body: &str| {
+        let mut s = TcpStream::connect(addr).unwrap();
+        write!(
+            s,
+            "POST /v1/completions HTTP/1.0\r\nAuthorization: Bearer sekret\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+            body.len()
+        )
+        .unwrap();
+        s
+    };
+    let first = open(&long);
+    let t0 = Instant::now();
+    while metric(addr, "tinynn_slots_busy") != 1.0 {
+        assert!(t0.elapsed() < Duration::from_secs(30));
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let second = open(&long);
+    while metric(addr, "tinynn_queue_depth") != 1.0 {
+        assert!(t0.elapsed() < Duration::from_secs(30));
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let (status, headers, text) = http(addr, "POST", "/v1/completions", body.as_bytes(), &auth);
+    assert_eq!(status, 429, "{text}");
+    assert!(headers.iter().any(|(k, _)| k == "retry-after"));
+    assert_eq!(metric(addr, "tinynn_requests_rejected_total"), 1.0);
+    drop((first, second));
+    srv.stop().unwrap();
+}
