@@ -27,3 +27,6 @@ done
 
 echo "== cargo test --release"
 cargo test --workspace --release
+
+echo "== the openai Python client against tnn serve"
+scripts/test-openai-client.sh

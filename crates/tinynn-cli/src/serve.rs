@@ -32,6 +32,9 @@ pub struct ServeArgs {
     /// Chat template file to use instead of the model's.
     #[arg(long = "chat-template")]
     pub chat_template: Option<std::path::PathBuf>,
+    /// How /v1/embeddings pools a text's hidden states: mean or last.
+    #[arg(long, default_value = "mean", value_parser = ["mean", "last"])]
+    pub pooling: String,
 }
 
 pub fn run(args: &ServeArgs) -> Result<()> {
@@ -53,6 +56,11 @@ pub fn run(args: &ServeArgs) -> Result<()> {
         cors: args.cors.clone(),
         lora: args.lora.applied()?,
         chat_template,
+        pooling: if args.pooling == "last" {
+            tinynn_models::embed::Pooling::Last
+        } else {
+            tinynn_models::embed::Pooling::Mean
+        },
     };
     anyhow::ensure!(
         (1..=64).contains(&args.parallel),

@@ -112,6 +112,54 @@ pub struct CompletionRequest {
     pub sampling: SamplingFields,
 }
 
+/// `input` of an embedding request: a text, texts, token ids, or lists of token ids.
+#[derive(Deserialize, Debug)]
+#[serde(untagged)]
+pub enum EmbeddingInput {
+    Text(String),
+    Texts(Vec<String>),
+    Tokens(Vec<u32>),
+    TokenLists(Vec<Vec<u32>>),
+}
+
+/// `POST /v1/embeddings`.
+#[derive(Deserialize, Debug)]
+pub struct EmbeddingRequest {
+    pub input: EmbeddingInput,
+    pub model: Option<String>,
+    pub encoding_format: Option<String>,
+}
+
+/// Most inputs of one embedding request.
+pub const MAX_EMBEDDING_INPUTS: usize = 256;
+
+/// The token ids of each input of an embedding request (texts through `encode`), checked:
+/// 1 to 256 inputs, every id in the vocabulary.
+pub fn embedding_inputs(
+    input: &EmbeddingInput,
+    encode: impl Fn(&str) -> Result<Vec<u32>, ApiError>,
+    vocab: usize,
+) -> Result<Vec<Vec<u32>>, ApiError> {
+    let inputs = match input {
+        EmbeddingInput::Text(t) => vec![encode(t)?],
+        EmbeddingInput::Texts(v) => v.iter().map(|t| encode(t)).collect::<Result<_, _>>()?,
+        EmbeddingInput::Tokens(ids) => vec![ids.clone()],
+        EmbeddingInput::TokenLists(v) => v.clone(),
+    };
+    range(
+        (1..=MAX_EMBEDDING_INPUTS).contains(&inputs.len()),
+        "input",
+        "1 to 256 inputs",
+    )?;
+    if let Some(bad) = inputs.iter().flatten().find(|&&t| t as usize >= vocab) {
+        return Err(ApiError::bad_request(
+            format!("input token {bad} is not in the vocabulary (0..{vocab})"),
+            Some("input"),
+        ));
+    }
+    Ok(inputs)
+}
+
 /// `POST /tokenize` (llama-server's shape).
 #[derive(Deserialize, Debug)]
 pub struct TokenizeRequest {

@@ -9,12 +9,14 @@ use std::sync::mpsc;
 use std::sync::Arc;
 use std::time::Instant;
 
+use tinynn_models::embed::Pooling;
 use tinynn_models::generate::Finish;
 use tinynn_models::sampling::{Penalties, Sampler, Strategy};
 use tinynn_models::session::{BatchToken, Session};
 use tinynn_models::stop::StopMatcher;
 use tinynn_models::tokenizer::StreamDecoder;
 use tokio::sync::mpsc::UnboundedSender;
+use tokio::sync::oneshot;
 
 use crate::metrics::Metrics;
 
@@ -89,6 +91,33 @@ pub struct Request {
     pub received: Instant,
 }
 
+/// Embeddings of some token sequences (one plan run each, in a free slot).
+pub struct EmbedRequest {
+    /// The inputs (each non-empty and at most a slot's context).
+    pub inputs: Vec<Vec<u32>>,
+    /// How to pool each input's hidden states.
+    pub pooling: Pooling,
+    /// Where the vectors go (unit length, the model's width each); a closed channel cancels.
+    pub reply: oneshot::Sender<Result<Vec<Vec<f32>>, String>>,
+}
+
+/// What the engine is asked to do.
+pub enum Work {
+    /// Generate text.
+    Generate(Request),
+    /// Compute embeddings.
+    Embed(EmbedRequest),
+}
+
+impl Work {
+    fn cancelled(&self) -> bool {
+        match self {
+            Work::Generate(r) => r.events.is_closed(),
+            Work::Embed(e) => e.reply.is_closed(),
+        }
+    }
+}
+
 /// The queue is full: the request was not taken.
 #[derive(Debug)]
 pub struct QueueFull;
@@ -96,7 +125,7 @@ pub struct QueueFull;
 /// The server's side of the engine: submits requests.
 #[derive(Clone)]
 pub struct EngineHandle {
-    tx: mpsc::Sender<Request>,
+    tx: mpsc::Sender<Work>,
     /// Requests submitted and not yet in a slot.
     waiting: Arc<AtomicUsize>,
     /// Most requests that may wait.
@@ -107,7 +136,7 @@ pub struct EngineHandle {
 
 impl EngineHandle {
     /// Hands `req` to the engine, or refuses it when `queue` requests already wait.
-    pub fn submit(&self, req: Request) -> Result<(), QueueFull> {
+    pub fn submit(&self, req: Work) -> Result<(), QueueFull> {
         let slots = self.queue;
         if self
             .waiting
@@ -173,11 +202,11 @@ pub fn start(session: Session, queue: usize, metrics: Arc<Metrics>) -> EngineHan
 struct Engine {
     session: Session,
     slots: Vec<Option<Active>>,
-    rx: mpsc::Receiver<Request>,
+    rx: mpsc::Receiver<Work>,
     waiting: Arc<AtomicUsize>,
     metrics: Arc<Metrics>,
     /// Received, waiting for a slot.
-    backlog: VecDeque<Request>,
+    backlog: VecDeque<Work>,
     slot_ctx: usize,
     logits: Vec<f32>,
 }
@@ -223,7 +252,7 @@ impl Engine {
             }
         }
         let before = self.backlog.len();
-        self.backlog.retain(|r| !r.events.is_closed());
+        self.backlog.retain(|r| !r.cancelled());
         let gone = before - self.backlog.len();
         if gone > 0 {
             self.waiting.fetch_sub(gone, Ordering::AcqRel);
@@ -234,13 +263,24 @@ impl Engine {
     /// Puts waiting requests into free slots, each in the free slot whose cached tokens share
     /// the longest prefix with its prompt (that prefix is not evaluated again).
     fn admit(&mut self) {
-        while let Some(req) = self.backlog.front() {
+        while let Some(work) = self.backlog.front() {
+            let req = match work {
+                Work::Generate(req) => req,
+                Work::Embed(_) => {
+                    if !self.embed() {
+                        return;
+                    }
+                    continue;
+                }
+            };
             let best = (0..self.slots.len())
                 .filter(|&s| self.slots[s].is_none())
                 .map(|s| (common_prefix(self.session.seq_tokens(s), &req.prompt), s))
                 .max_by_key(|&(common, s)| (common, std::cmp::Reverse(s)));
             let Some((common, s)) = best else { return };
-            let req = self.backlog.pop_front().expect("front exists");
+            let Some(Work::Generate(req)) = self.backlog.pop_front() else {
+                unreachable!("the front is a generation request");
+            };
             self.waiting.fetch_sub(1, Ordering::AcqRel);
             // Keep at least the prompt's last token to evaluate: its logits start generation.
             let keep = common.min(req.prompt.len() - 1);
@@ -274,6 +314,37 @@ impl Engine {
                 self.finish(s, Finish::Length);
             }
         }
+    }
+
+    /// Runs the embedding request at the front of the backlog in the free slot holding the
+    /// fewest cached tokens (so prefix caches survive); false when no slot is free.
+    fn embed(&mut self) -> bool {
+        let Some(s) = (0..self.slots.len())
+            .filter(|&s| self.slots[s].is_none())
+            .min_by_key(|&s| self.session.seq_len(s))
+        else {
+            return false;
+        };
+        let Some(Work::Embed(req)) = self.backlog.pop_front() else {
+            unreachable!("the front is an embedding request");
+        };
+        self.waiting.fetch_sub(1, Ordering::AcqRel);
+        let mut out = Vec::with_capacity(req.inputs.len());
+        for input in &req.inputs {
+            match self.session.embed(s, input, req.pooling) {
+                Ok(v) => out.push(v),
+                Err(e) => {
+                    let _ = req.reply.send(Err(format!("embedding: {e}")));
+                    return true;
+                }
+            }
+            self.metrics
+                .prompt_tokens
+                .fetch_add(input.len(), Ordering::Relaxed);
+        }
+        let _ = req.reply.send(Ok(out));
+        self.metrics.requests_done.fetch_add(1, Ordering::Relaxed);
+        true
     }
 
     /// One plan run: a token for every generating slot, then prompt chunks; then sampling.

@@ -7,7 +7,7 @@
 //! channels.
 //!
 //! Routes: `POST /v1/chat/completions`, `POST /v1/completions` (streaming SSE or not),
-//! `GET /v1/models`, `GET /health` (503 while the model loads), `GET /metrics` (Prometheus),
+//! `POST /v1/embeddings`, `GET /v1/models`, `GET /health` (503 while the model loads), `GET /metrics` (Prometheus),
 //! `POST /tokenize`, `POST /detokenize`.
 //!
 //! ```no_run
@@ -36,6 +36,7 @@ use std::time::Duration;
 
 use tinynn_cpu::ExecOptions;
 use tinynn_models::chat::ChatTemplate;
+use tinynn_models::embed::Pooling;
 use tinynn_models::lora::AppliedLora;
 use tinynn_models::model::Model;
 use tinynn_models::session::{Session, SessionOptions};
@@ -73,6 +74,8 @@ pub struct ServerConfig {
     pub lora: Option<AppliedLora>,
     /// A chat template (Jinja source) to use instead of the model's.
     pub chat_template: Option<String>,
+    /// How `/v1/embeddings` pools a text's hidden states.
+    pub pooling: Pooling,
 }
 
 impl Default for ServerConfig {
@@ -90,6 +93,7 @@ impl Default for ServerConfig {
             cors: None,
             lora: None,
             chat_template: None,
+            pooling: Pooling::Mean,
         }
     }
 }

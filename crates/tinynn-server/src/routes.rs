@@ -14,13 +14,15 @@ use axum::response::sse::{Event as SseEvent, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
+use base64::engine::general_purpose::STANDARD as B64;
+use base64::Engine as _;
 use serde_json::{json, Value};
 use tinynn_models::generate::Finish;
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver};
 use tokio_stream::wrappers::ReceiverStream;
 
 use crate::api::{self, CompletionRequest, Prompt, SamplingFields};
-use crate::engine::{Event, GenParams, Request as EngineRequest, TokenLogprob};
+use crate::engine::{EmbedRequest, Event, GenParams, Request as EngineRequest, TokenLogprob, Work};
 use crate::error::ApiError;
 use crate::{AppState, Ready};
 
@@ -31,6 +33,7 @@ pub(crate) fn router(state: Shared) -> Router {
         .route("/v1/chat/completions", post(chat_completions))
         .route("/v1/completions", post(completions))
         .route("/v1/models", get(models))
+        .route("/v1/embeddings", post(embeddings))
         .route("/health", get(health))
         .route("/metrics", get(metrics))
         .route("/tokenize", post(tokenize))
@@ -128,6 +131,89 @@ async fn models(State(state): State<Shared>) -> Result<Json<Value>, ApiError> {
                 "n_ctx_slot": r.engine.slot_ctx,
             },
         }],
+    })))
+}
+
+async fn embeddings(State(state): State<Shared>, body: Bytes) -> Result<Json<Value>, ApiError> {
+    let r = ready(&state)?;
+    let req: api::EmbeddingRequest = api::parse(&body)?;
+    check_model(
+        r,
+        &SamplingFields {
+            model: req.model.clone(),
+            ..SamplingFields::default()
+        },
+    )?;
+    let base64 = match req.encoding_format.as_deref() {
+        None | Some("float") => false,
+        Some("base64") => true,
+        Some(other) => {
+            return Err(ApiError::bad_request(
+                format!("`encoding_format` must be 'float' or 'base64', not '{other}'"),
+                Some("encoding_format"),
+            ))
+        }
+    };
+    let tok = r
+        .model
+        .tokenizer()
+        .map_err(|e| ApiError::internal(e.to_string()))?;
+    let inputs = api::embedding_inputs(
+        &req.input,
+        |t| {
+            tok.encode(t, true)
+                .map_err(|e| ApiError::internal(e.to_string()))
+        },
+        r.n_vocab,
+    )?;
+    for (i, input) in inputs.iter().enumerate() {
+        if input.is_empty() || input.len() > r.engine.slot_ctx {
+            return Err(ApiError::bad_request(
+                format!(
+                    "input {i} is {} tokens; it must be between 1 and the context of {} tokens per slot",
+                    input.len(),
+                    r.engine.slot_ctx
+                ),
+                Some("input"),
+            ));
+        }
+    }
+    let prompt_tokens: usize = inputs.iter().map(Vec::len).sum();
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    let work = Work::Embed(EmbedRequest {
+        inputs,
+        pooling: state.config.pooling,
+        reply: tx,
+    });
+    if r.engine.submit(work).is_err() {
+        state
+            .metrics
+            .requests_rejected
+            .fetch_add(1, Ordering::Relaxed);
+        return Err(ApiError::queue_full());
+    }
+    let vectors = rx
+        .await
+        .map_err(|_| ApiError::internal("the engine stopped"))?
+        .map_err(ApiError::internal)?;
+    let data: Vec<Value> = vectors
+        .iter()
+        .enumerate()
+        .map(|(i, v)| {
+            let embedding = if base64 {
+                let bytes: Vec<u8> = v.iter().flat_map(|x| x.to_le_bytes()).collect();
+                json!(B64.encode(bytes))
+            } else {
+                json!(v)
+            };
+            json!({"object": "embedding", "index": i, "embedding": embedding})
+        })
+        .collect();
+    Ok(Json(json!({
+        "object": "list",
+        "data": data,
+        "model": r.model_id,
+        "usage": {"prompt_tokens": prompt_tokens, "total_tokens": prompt_tokens},
     })))
 }
 
@@ -360,7 +446,7 @@ fn submit(r: &Ready, job: &Job) -> Result<UnboundedReceiver<(usize, Event)>, Api
             events: tx.clone(),
             received,
         };
-        if r.engine.submit(req).is_err() {
+        if r.engine.submit(Work::Generate(req)).is_err() {
             // Dropping rx cancels the choices already queued.
             return Err(ApiError::queue_full());
         }

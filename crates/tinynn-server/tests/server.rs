@@ -21,12 +21,12 @@ fn exec() -> ExecOptions {
     }
 }
 
-fn server(slots: usize, queue: usize, api_key: Option<&str>) -> RunningServer {
+fn server(slots: usize, ctx: usize, queue: usize, api_key: Option<&str>) -> RunningServer {
     let model = tinynn_format::model_cache::ensure_default_model().expect("default model");
     let s = spawn(ServerConfig {
         model,
         port: 0,
-        n_ctx: 512 * slots,
+        n_ctx: ctx,
         slots,
         queue,
         exec: exec(),
@@ -140,7 +140,7 @@ fn metric(addr: SocketAddr, name: &str) -> f64 {
 
 #[test]
 fn serves_openai_shapes_with_the_librarys_text() {
-    let srv = server(4, 16, None);
+    let srv = server(4, 2048, 16, None);
     let addr = srv.addr();
     let model = Model::open(tinynn_format::model_cache::ensure_default_model().unwrap()).unwrap();
 
@@ -288,6 +288,52 @@ fn serves_openai_shapes_with_the_librarys_text() {
         assert!((t.as_f64().unwrap() - best).abs() < 1e-6 && best <= 0.0);
     }
 
+    // Embeddings: the library's vectors, as floats and as base64 little-endian f32.
+    let want = Session::new(model.clone(), 512, exec())
+        .unwrap()
+        .embed_texts(
+            &["hello world", "a cat"],
+            tinynn_models::embed::Pooling::Mean,
+        )
+        .unwrap();
+    let (status, v) = post(
+        addr,
+        "/v1/embeddings",
+        &json!({"input": ["hello world", "a cat"]}),
+    );
+    assert_eq!(status, 200, "{v}");
+    for (i, w) in want.iter().enumerate() {
+        assert_eq!(v["data"][i]["index"], i);
+        let got: Vec<f32> = v["data"][i]["embedding"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x.as_f64().unwrap() as f32)
+            .collect();
+        assert_eq!(&got, w);
+    }
+    let (_, v) = post(
+        addr,
+        "/v1/embeddings",
+        &json!({"input": "hello world", "encoding_format": "base64"}),
+    );
+    let b64 = v["data"][0]["embedding"].as_str().unwrap();
+    let bytes = base64::Engine::decode(&base64::engine::general_purpose::STANDARD, b64).unwrap();
+    let got: Vec<f32> = bytes
+        .chunks_exact(4)
+        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .collect();
+    assert_eq!(got, want[0]);
+    for bad in [
+        json!({"input": []}),
+        json!({"input": [[]]}),
+        json!({"input": [999999]}),
+        json!({"input": "x", "encoding_format": "hex"}),
+    ] {
+        let (status, v) = post(addr, "/v1/embeddings", &bad);
+        assert_eq!(status, 400, "{bad} {v}");
+    }
+
     // Tokenize / detokenize round trip.
     let (_, v) = post(addr, "/tokenize", &json!({"content": "Hello world"}));
     let ids = v["tokens"].clone();
@@ -374,7 +420,9 @@ fn serves_openai_shapes_with_the_librarys_text() {
 
 #[test]
 fn api_key_and_a_full_queue() {
-    let srv = server(1, 1, Some("sekret"));
+    // One slot of 4096 tokens: the long requests below run for seconds, so the queue stays full
+    // while the third request comes.
+    let srv = server(1, 4096, 1, Some("sekret"));
     let addr = srv.addr();
     let body = json!({"prompt": "Count: 1, 2, 3,", "max_tokens": 2, "temperature": 0}).to_string();
     let (status, _, text) = http(addr, "POST", "/v1/completions", body.as_bytes(), &[]);
@@ -396,7 +444,7 @@ fn api_key_and_a_full_queue() {
     assert_eq!(status, 200, "health needs no key");
 
     // One slot busy, one request waiting: the next is refused with 429 and Retry-After.
-    let long = json!({"prompt": "Counting to one thousand: 1, 2, 3, 4, 5,", "max_tokens": 300, "temperature": 0, "stream": true}).to_string();
+    let long = json!({"prompt": "Counting to one thousand: 1, 2, 3, 4, 5,", "temperature": 0, "stream": true}).to_string();
     let open = |body: &str| {
         let mut s = TcpStream::connect(addr).unwrap();
         write!(
@@ -407,15 +455,23 @@ fn api_key_and_a_full_queue() {
         .unwrap();
         s
     };
-    let first = open(&long);
-    let t0 = Instant::now();
-    while metric(addr, "tinynn_slots_busy") != 1.0 {
-        assert!(t0.elapsed() < Duration::from_secs(30));
-        std::thread::sleep(Duration::from_millis(5));
+    let mut first = open(&long);
+    // Streaming: the request holds the slot (the gauge alone could still show the last one).
+    let mut buf = [0u8; 4096];
+    let mut seen = String::new();
+    while !seen.contains("data: ") {
+        let k = first.read(&mut buf).unwrap();
+        assert!(k > 0);
+        seen.push_str(&String::from_utf8_lossy(&buf[..k]));
     }
+    let t0 = Instant::now();
     let second = open(&long);
     while metric(addr, "tinynn_queue_depth") != 1.0 {
-        assert!(t0.elapsed() < Duration::from_secs(30));
+        assert!(
+            t0.elapsed() < Duration::from_secs(30),
+            "{}",
+            http(addr, "GET", "/metrics", b"", &[]).2
+        );
         std::thread::sleep(Duration::from_millis(5));
     }
     let (status, headers, text) = http(addr, "POST", "/v1/completions", body.as_bytes(), &auth);

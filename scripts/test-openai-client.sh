@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# The official `openai` Python client against `tnn serve` (default model, loopback only):
+# installs openai + pytest into a venv under target/ (once), starts the server on a free port
+# with an API key, runs tests/python/test_openai_client.py, and stops the server.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+venv=target/py-openai
+if [[ ! -x "$venv/bin/pytest" ]] || ! "$venv/bin/python" -c "import openai" 2>/dev/null; then
+    python3 -m venv "$venv"
+    "$venv/bin/pip" install --quiet --disable-pip-version-check "openai>=1.40,<3" "pytest>=8,<10"
+fi
+
+tnn=target/release/tnn
+[[ -x "$tnn" ]] || cargo build --release --quiet --bin tnn
+port="$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
+log="$(mktemp)"
+"$tnn" serve --port "$port" -c 2048 --parallel 4 -t 2 --api-key test-key >"$log" 2>&1 &
+server=$!
+trap 'kill "$server" 2>/dev/null || true; wait "$server" 2>/dev/null || true; rm -f "$log"' EXIT
+
+for _ in $(seq 1 600); do
+    if python3 -c "import urllib.request, sys; urllib.request.urlopen(sys.argv[1], timeout=1)" \
+        "http://127.0.0.1:$port/health" 2>/dev/null; then break; fi
+    kill -0 "$server" 2>/dev/null || { cat "$log"; echo "tnn serve exited"; exit 1; }
+    sleep 0.1
+done
+
+TINYNN_SERVER="http://127.0.0.1:$port" timeout 600 "$venv/bin/pytest" -q tests/python/test_openai_client.py
+
+# SIGTERM drains and exits 0.
+kill -TERM "$server"
+code=0
+wait "$server" || code=$?
+trap 'rm -f "$log"' EXIT
+[[ "$code" == 0 ]] || { cat "$log"; echo "tnn serve exited $code after SIGTERM"; exit 1; }
+grep -q "shutting down" "$log" || { cat "$log"; exit 1; }
