@@ -1,14 +1,24 @@
 #!/usr/bin/env bash
-# The official `openai` Python client against `tnn serve` (default model, loopback only):
-# installs openai + pytest into a venv under target/ (once), starts the server on a free port
-# with an API key, runs tests/python/test_openai_client.py, and stops the server.
+# The official `openai` Python client and the chat page (headless Chromium) against `tnn serve`
+# (default model, loopback only): installs Debian's chromium + chromedriver when missing, and
+# openai, pytest and selenium into a venv under target/ (once); starts the server on a free port
+# with an API key, runs tests/python/, then stops it with SIGTERM (it must exit 0).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+if ! command -v chromium >/dev/null || ! command -v chromedriver >/dev/null; then
+    echo "installing chromium and chromedriver (Debian packages)"
+    sudo=""
+    [[ "$(id -u)" == 0 ]] || sudo=sudo
+    $sudo apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq chromium chromium-driver >/dev/null
+fi
+
 venv=target/py-openai
-if [[ ! -x "$venv/bin/pytest" ]] || ! "$venv/bin/python" -c "import openai" 2>/dev/null; then
+if ! "$venv/bin/python" -c "import openai, pytest, selenium" 2>/dev/null; then
     python3 -m venv "$venv"
-    "$venv/bin/pip" install --quiet --disable-pip-version-check "openai>=1.40,<3" "pytest>=8,<10"
+    "$venv/bin/pip" install --quiet --disable-pip-version-check \
+        "openai>=1.40,<3" "pytest>=8,<10" "selenium>=4.20,<5"
 fi
 
 tnn=target/release/tnn
@@ -26,7 +36,7 @@ for _ in $(seq 1 600); do
     sleep 0.1
 done
 
-TINYNN_SERVER="http://127.0.0.1:$port" timeout 600 "$venv/bin/pytest" -q tests/python/test_openai_client.py
+TINYNN_SERVER="http://127.0.0.1:$port" timeout 600 "$venv/bin/pytest" -q tests/python
 
 # SIGTERM drains and exits 0.
 kill -TERM "$server"

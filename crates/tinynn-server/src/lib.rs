@@ -6,7 +6,7 @@
 //! batching). HTTP (axum on tokio) never blocks it: requests and their tokens travel over
 //! channels.
 //!
-//! Routes: `POST /v1/chat/completions`, `POST /v1/completions` (streaming SSE or not),
+//! Routes: `GET /` (a chat page), `POST /v1/chat/completions`, `POST /v1/completions` (streaming SSE or not),
 //! `POST /v1/embeddings`, `GET /v1/models`, `GET /health` (503 while the model loads), `GET /metrics` (Prometheus),
 //! `POST /tokenize`, `POST /detokenize`.
 //!

@@ -34,6 +34,7 @@ pub(crate) fn router(state: Shared) -> Router {
         .route("/v1/completions", post(completions))
         .route("/v1/models", get(models))
         .route("/v1/embeddings", post(embeddings))
+        .route("/", get(chat_page))
         .route("/health", get(health))
         .route("/metrics", get(metrics))
         .route("/tokenize", post(tokenize))
@@ -43,7 +44,8 @@ pub(crate) fn router(state: Shared) -> Router {
         .with_state(state)
 }
 
-/// API key and CORS around every route (`/health` and `/metrics` need no key).
+/// API key and CORS around every route (`/`, `/health` and `/metrics` need no key: the page
+/// asks for the key itself).
 async fn guard(State(state): State<Shared>, req: Request, next: Next) -> Response {
     let cors = state.config.cors.clone();
     let path = req.uri().path().to_owned();
@@ -76,7 +78,7 @@ fn authorized(state: &AppState, headers: &HeaderMap, path: &str) -> bool {
     let Some(key) = &state.config.api_key else {
         return true;
     };
-    if path == "/health" || path == "/metrics" {
+    if matches!(path, "/" | "/health" | "/metrics") {
         return true;
     }
     let given = headers
@@ -97,6 +99,17 @@ fn ready(state: &AppState) -> Result<&Ready, ApiError> {
         Some(Ok(r)) => Ok(r),
         Some(Err(e)) => Err(ApiError::internal(format!("the model failed to load: {e}"))),
     }
+}
+
+/// The chat page: one self-contained HTML file (no build step), built into the binary.
+const CHAT_PAGE: &str = include_str!("chat.html");
+
+async fn chat_page() -> Response {
+    (
+        [(header::CONTENT_TYPE, "text/html; charset=utf-8")],
+        CHAT_PAGE,
+    )
+        .into_response()
 }
 
 async fn health(State(state): State<Shared>) -> Response {
