@@ -354,6 +354,13 @@ impl Tokenizer {
         self.eos
     }
 
+    /// The tokens that end generation (EOS, EOT), each once.
+    pub fn end_tokens(&self) -> Vec<u32> {
+        let mut ends: Vec<u32> = self.eos.into_iter().chain(self.eot).collect();
+        ends.dedup();
+        ends
+    }
+
     /// True for tokens that end generation (EOS, EOT).
     pub fn is_end(&self, id: u32) -> bool {
         Some(id) == self.eos || Some(id) == self.eot

@@ -48,6 +48,9 @@ pub struct SamplingFields {
     pub frequency_penalty: Option<f32>,
     pub repeat_penalty: Option<f32>,
     pub logit_bias: Option<HashMap<String, f32>>,
+    /// llama-server's extension: never end at an end-of-text token.
+    #[serde(default)]
+    pub ignore_eos: bool,
 }
 
 /// `stream_options`.
@@ -330,6 +333,7 @@ pub fn gen_params(
         stop,
         logprobs,
         logit_bias,
+        ignore_eos: s.ignore_eos,
     })
 }
 

@@ -39,6 +39,8 @@ pub struct GenParams {
     pub logprobs: Option<usize>,
     /// Added to the logits of these tokens before sampling.
     pub logit_bias: Vec<(u32, f32)>,
+    /// Never sample an end-of-text token (llama-server's `ignore_eos`).
+    pub ignore_eos: bool,
 }
 
 /// One token's log-probability and the most likely alternatives.
@@ -414,17 +416,24 @@ impl Engine {
                 *l += b;
             }
         }
+        let model = self.session.model().clone();
+        let (tok, vocab) = match (model.tokenizer(), model.vocab()) {
+            (Ok(t), Ok(v)) => (t, v),
+            (Err(e), _) | (_, Err(e)) => return self.fail(s, &e.to_string()),
+        };
+        if a.req.params.ignore_eos {
+            for t in tok.end_tokens() {
+                if let Some(l) = self.logits.get_mut(t as usize) {
+                    *l = f32::NEG_INFINITY;
+                }
+            }
+        }
         let next = a.sampler.sample(&self.logits);
         let logprob = a
             .req
             .params
             .logprobs
             .map(|k| token_logprob(&self.logits, next, k));
-        let model = self.session.model().clone();
-        let (tok, vocab) = match (model.tokenizer(), model.vocab()) {
-            (Ok(t), Ok(v)) => (t, v),
-            (Err(e), _) | (_, Err(e)) => return self.fail(s, &e.to_string()),
-        };
         let now = Instant::now();
         if a.first_token.is_none() {
             a.first_token = Some(now);

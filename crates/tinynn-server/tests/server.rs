@@ -255,6 +255,21 @@ fn serves_openai_shapes_with_the_librarys_text() {
     assert_eq!(got, &full[..full.find(&stop).unwrap()], "stop {stop:?}");
     assert_eq!(v["choices"][0]["finish_reason"], "stop");
 
+    // "Tell me a long story." ends at once greedily; ignore_eos keeps going to max_tokens.
+    let (_, v) = post(
+        addr,
+        "/v1/completions",
+        &json!({"prompt": "Tell me a long story.", "max_tokens": 6, "temperature": 0}),
+    );
+    assert_eq!(v["usage"]["completion_tokens"], 0, "{v}");
+    let (_, v) = post(
+        addr,
+        "/v1/completions",
+        &json!({"prompt": "Tell me a long story.", "max_tokens": 6, "temperature": 0, "ignore_eos": true}),
+    );
+    assert_eq!(v["usage"]["completion_tokens"], 6, "{v}");
+    assert_eq!(v["choices"][0]["finish_reason"], "length");
+
     // A seed reproduces a sampled text; n = 2 gives two choices.
     let body = json!({"prompt": "My favourite food is", "max_tokens": 12, "temperature": 1.0, "seed": 42, "n": 2});
     let (_, a) = post(addr, "/v1/completions", &body);
