@@ -120,9 +120,14 @@ impl Work {
     }
 }
 
-/// The queue is full: the request was not taken.
-#[derive(Debug)]
-pub struct QueueFull;
+/// Why the engine did not take a request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refused {
+    /// `queue` requests already wait.
+    QueueFull,
+    /// The engine thread is gone (it panicked).
+    Stopped,
+}
 
 /// The server's side of the engine: submits requests.
 #[derive(Clone)]
@@ -138,7 +143,7 @@ pub struct EngineHandle {
 
 impl EngineHandle {
     /// Hands `req` to the engine, or refuses it when `queue` requests already wait.
-    pub fn submit(&self, req: Work) -> Result<(), QueueFull> {
+    pub fn submit(&self, req: Work) -> Result<(), Refused> {
         let slots = self.queue;
         if self
             .waiting
@@ -147,11 +152,11 @@ impl EngineHandle {
             })
             .is_err()
         {
-            return Err(QueueFull);
+            return Err(Refused::QueueFull);
         }
         self.tx.send(req).map_err(|_| {
             self.waiting.fetch_sub(1, Ordering::AcqRel);
-            QueueFull
+            Refused::Stopped
         })
     }
 }

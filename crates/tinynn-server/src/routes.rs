@@ -22,7 +22,9 @@ use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver};
 use tokio_stream::wrappers::ReceiverStream;
 
 use crate::api::{self, CompletionRequest, Prompt, SamplingFields};
-use crate::engine::{EmbedRequest, Event, GenParams, Request as EngineRequest, TokenLogprob, Work};
+use crate::engine::{
+    EmbedRequest, Event, GenParams, Refused, Request as EngineRequest, TokenLogprob, Work,
+};
 use crate::error::ApiError;
 use crate::{AppState, Ready};
 
@@ -198,12 +200,14 @@ async fn embeddings(State(state): State<Shared>, body: Bytes) -> Result<Json<Val
         pooling: state.config.pooling,
         reply: tx,
     });
-    if r.engine.submit(work).is_err() {
-        state
-            .metrics
-            .requests_rejected
-            .fetch_add(1, Ordering::Relaxed);
-        return Err(ApiError::queue_full());
+    if let Err(e) = r.engine.submit(work) {
+        if e == Refused::QueueFull {
+            state
+                .metrics
+                .requests_rejected
+                .fetch_add(1, Ordering::Relaxed);
+        }
+        return Err(refused(e));
     }
     let vectors = rx
         .await
@@ -447,6 +451,14 @@ async fn completions(State(state): State<Shared>, body: Bytes) -> Result<Respons
     run(state.clone(), job).await
 }
 
+/// The answer to a refused submission: 429 for a full queue, 500 for a stopped engine.
+fn refused(e: Refused) -> ApiError {
+    match e {
+        Refused::QueueFull => ApiError::queue_full(),
+        Refused::Stopped => ApiError::internal("the engine stopped"),
+    }
+}
+
 /// Submits every choice of `job`; 429 (and nothing left running) when the queue is full.
 fn submit(r: &Ready, job: &Job) -> Result<UnboundedReceiver<(usize, Event)>, ApiError> {
     let (tx, rx) = unbounded_channel();
@@ -459,21 +471,21 @@ fn submit(r: &Ready, job: &Job) -> Result<UnboundedReceiver<(usize, Event)>, Api
             events: tx.clone(),
             received,
         };
-        if r.engine.submit(Work::Generate(req)).is_err() {
-            // Dropping rx cancels the choices already queued.
-            return Err(ApiError::queue_full());
-        }
+        // On refusal, dropping rx cancels the choices already queued.
+        r.engine.submit(Work::Generate(req)).map_err(refused)?;
     }
     Ok(rx)
 }
 
 async fn run(state: Shared, job: Job) -> Result<Response, ApiError> {
     let r = ready(&state)?;
-    let rx = submit(r, &job).inspect_err(|_| {
-        state
-            .metrics
-            .requests_rejected
-            .fetch_add(1, Ordering::Relaxed);
+    let rx = submit(r, &job).inspect_err(|e| {
+        if e.status == StatusCode::TOO_MANY_REQUESTS {
+            state
+                .metrics
+                .requests_rejected
+                .fetch_add(1, Ordering::Relaxed);
+        }
     })?;
     let id = format!(
         "{}-{:x}",
