@@ -25,8 +25,12 @@ import threading
 import time
 import urllib.parse
 
+# A fresh nonce per run and an index per request: no server can answer from a cache of an
+# earlier run's prompts (llama-server keeps one in host memory).
+NONCE = f"{time.time_ns() % 1000003}"
+
 PROMPT = (
-    "Client {i}: you are helping me plan a weekend trip to the mountains with two friends. "
+    "Client " + NONCE + "-{i}: you are helping me plan a weekend trip to the mountains with two friends. "
     "Write a detailed day-by-day plan with meals, hikes, and what to pack for cold nights."
 )
 

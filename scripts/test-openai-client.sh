@@ -38,8 +38,26 @@ done
 
 TINYNN_SERVER="http://127.0.0.1:$port" timeout 600 "$venv/bin/pytest" -q tests/python
 
-# SIGTERM drains and exits 0.
-kill -TERM "$server"
+# SIGTERM lets the request in flight finish (its stream ends with [DONE]) and exits 0.
+python3 - "http://127.0.0.1:$port" "$server" <<'PY'
+import json, os, signal, sys, time, urllib.request
+base, pid = sys.argv[1], int(sys.argv[2])
+body = json.dumps({"prompt": "Counting: 1, 2, 3,", "max_tokens": 64, "temperature": 0,
+                   "ignore_eos": True, "stream": True}).encode()
+req = urllib.request.Request(base + "/v1/completions", data=body, headers={
+    "Content-Type": "application/json", "Authorization": "Bearer test-key"})
+lines = []
+with urllib.request.urlopen(req, timeout=60) as r:
+    for raw in r:
+        line = raw.decode().strip()
+        if line.startswith("data:"):
+            lines.append(line)
+            if len(lines) == 2:
+                os.kill(pid, signal.SIGTERM)
+assert lines[-1] == "data: [DONE]", lines[-3:]
+finish = [json.loads(l[5:])["choices"][0]["finish_reason"] for l in lines[:-1]]
+assert finish[-1] == "length" and len(lines) >= 65, (len(lines), finish[-1])
+PY
 code=0
 wait "$server" || code=$?
 trap 'rm -f "$log"' EXIT

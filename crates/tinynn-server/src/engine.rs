@@ -184,8 +184,9 @@ pub fn start(session: Session, queue: usize, metrics: Arc<Metrics>) -> EngineHan
     let (tx, rx) = mpsc::channel();
     let waiting = Arc::new(AtomicUsize::new(0));
     let slot_ctx = session.n_ctx() / session.n_seq();
+    let n_seq = session.n_seq();
     let engine = Engine {
-        slots: (0..session.n_seq()).map(|_| None).collect(),
+        slots: (0..n_seq).map(|_| None).collect(),
         session,
         rx,
         waiting: waiting.clone(),
@@ -193,6 +194,8 @@ pub fn start(session: Session, queue: usize, metrics: Arc<Metrics>) -> EngineHan
         backlog: VecDeque::new(),
         slot_ctx,
         logits: Vec::new(),
+        last_used: vec![0; n_seq],
+        clock: 0,
     };
     std::thread::Builder::new()
         .name("tinynn-engine".into())
@@ -216,9 +219,18 @@ struct Engine {
     backlog: VecDeque<Work>,
     slot_ctx: usize,
     logits: Vec<f32>,
+    /// Per slot: when it was last given a request ([`Engine::clock`] ticks).
+    last_used: Vec<u64>,
+    clock: u64,
 }
 
 impl Engine {
+    /// Marks slot `s` as just used.
+    fn touch(&mut self, s: usize) {
+        self.clock += 1;
+        self.last_used[s] = self.clock;
+    }
+
     fn run(mut self) {
         loop {
             let idle = self.slots.iter().all(Option::is_none) && self.backlog.is_empty();
@@ -280,11 +292,14 @@ impl Engine {
                     continue;
                 }
             };
+            // Ties (no prefix in common, most often) take the slot used longest ago, so the
+            // caches of recent prompts survive.
             let best = (0..self.slots.len())
                 .filter(|&s| self.slots[s].is_none())
                 .map(|s| (common_prefix(self.session.seq_tokens(s), &req.prompt), s))
-                .max_by_key(|&(common, s)| (common, std::cmp::Reverse(s)));
+                .max_by_key(|&(common, s)| (common, std::cmp::Reverse(self.last_used[s])));
             let Some((common, s)) = best else { return };
+            self.touch(s);
             let Some(Work::Generate(req)) = self.backlog.pop_front() else {
                 unreachable!("the front is a generation request");
             };
@@ -323,12 +338,12 @@ impl Engine {
         }
     }
 
-    /// Runs the embedding request at the front of the backlog in the free slot holding the
-    /// fewest cached tokens (so prefix caches survive); false when no slot is free.
+    /// Runs the embedding request at the front of the backlog in the free slot used longest
+    /// ago (its cache is cleared; recent prompts' caches survive); false when no slot is free.
     fn embed(&mut self) -> bool {
         let Some(s) = (0..self.slots.len())
             .filter(|&s| self.slots[s].is_none())
-            .min_by_key(|&s| self.session.seq_len(s))
+            .min_by_key(|&s| self.last_used[s])
         else {
             return false;
         };

@@ -270,6 +270,19 @@ fn serves_openai_shapes_with_the_librarys_text() {
     assert_eq!(v["usage"]["completion_tokens"], 6, "{v}");
     assert_eq!(v["choices"][0]["finish_reason"], "length");
 
+    // The same prompt again: everything but its last token comes from a slot's cache.
+    let before = metric(addr, "tinynn_prompt_tokens_cached_total");
+    let (_, v) = post(
+        addr,
+        "/v1/completions",
+        &json!({"prompt": prompts[2], "max_tokens": 2, "temperature": 0}),
+    );
+    let n_prompt = v["usage"]["prompt_tokens"].as_f64().unwrap();
+    assert_eq!(
+        metric(addr, "tinynn_prompt_tokens_cached_total") - before,
+        n_prompt - 1.0
+    );
+
     // A seed reproduces a sampled text; n = 2 gives two choices.
     let body = json!({"prompt": "My favourite food is", "max_tokens": 12, "temperature": 1.0, "seed": 42, "n": 2});
     let (_, a) = post(addr, "/v1/completions", &body);
@@ -495,4 +508,36 @@ fn api_key_and_a_full_queue() {
     assert_eq!(metric(addr, "tinynn_requests_rejected_total"), 1.0);
     drop((first, second));
     srv.stop().unwrap();
+}
+
+#[test]
+fn a_model_that_fails_to_load_is_reported_by_health() {
+    let dir = std::env::temp_dir().join(format!("tinynn-server-bad-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let bad = dir.join("broken.gguf");
+    std::fs::write(&bad, b"GGUF\x03\x00\x00\x00 not really").unwrap();
+    let srv = spawn(ServerConfig {
+        model: bad,
+        port: 0,
+        exec: exec(),
+        ..ServerConfig::default()
+    })
+    .unwrap();
+    let addr = srv.addr();
+    let t0 = Instant::now();
+    let (status, body) = loop {
+        let (status, _, body) = http(addr, "GET", "/health", b"", &[]);
+        if status != 503 {
+            break (status, body);
+        }
+        assert!(t0.elapsed() < Duration::from_secs(30), "still loading");
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    assert_eq!(status, 500, "{body}");
+    assert!(body.contains("failed to load"), "{body}");
+    let (status, _) = post(addr, "/v1/completions", &json!({"prompt": "x"}));
+    assert_eq!(status, 500);
+    assert!(srv.wait_ready().is_err());
+    srv.stop().unwrap();
+    std::fs::remove_dir_all(&dir).unwrap();
 }
