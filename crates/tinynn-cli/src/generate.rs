@@ -49,12 +49,12 @@ impl ModelArgs {
         Model::open(&path).with_context(|| format!("loading {}", path.display()))
     }
 
-    /// A one-sequence session over `model` with these flags, an adapter if given, and
+    /// A one-sequence session over `model` with these flags, the adapters given, and
     /// `trace` (per-step timings of the last run).
     pub fn session(
         &self,
         model: Arc<Model>,
-        lora: Option<AppliedLora>,
+        lora: Vec<AppliedLora>,
         trace: bool,
     ) -> Result<Session> {
         let path = model.path().display().to_string();

@@ -150,6 +150,15 @@ fn lora_finetune_resume_and_run_with_the_adapter() {
     let base = generate(&[]);
     assert_eq!(generate(&["--lora", ad, "--lora-scale", "0"]), base);
     assert_ne!(generate(&["--lora", ad, "--lora-scale", "20"]), base);
+    // Repeated adapters add up (llama.cpp's repeated --lora and --lora-scaled FILE S).
+    assert_eq!(
+        generate(&["--lora-scaled", ad, "20", "--lora-scaled", ad, "-20"]),
+        base
+    );
+    assert_eq!(
+        generate(&["--lora", ad, "--lora", ad, "--lora-scale", "10"]),
+        generate(&["--lora-scaled", ad, "10", "--lora-scaled", ad, "10"])
+    );
 }
 
 #[test]

@@ -41,8 +41,9 @@ pub struct SessionOptions {
     pub exec: ExecOptions,
     /// With `all_logits`, [`Session::eval_batch`] keeps the logits of every token (perplexity).
     pub all_logits: bool,
-    /// A LoRA adapter applied to every pass.
-    pub lora: Option<AppliedLora>,
+    /// LoRA adapters applied to every pass (their branches add up; llama.cpp's repeated
+    /// `--lora`).
+    pub lora: Vec<AppliedLora>,
 }
 
 impl Default for SessionOptions {
@@ -53,7 +54,7 @@ impl Default for SessionOptions {
             n_batch: 512,
             exec: ExecOptions::default(),
             all_logits: false,
-            lora: None,
+            lora: Vec::new(),
         }
     }
 }
@@ -247,7 +248,7 @@ impl<B: Backend> Session<B> {
         runs: u64,
     ) -> Result<Pass<B>> {
         let src = model.source();
-        let lora = opts.lora.as_ref();
+        let lora = &opts.lora;
         let io = forward_graph(src, model.config(), spec, lora)?;
         let plan = backend.compile(io.graph.clone());
         let shared: &[_] = if owns_cache { &[] } else { &io.caches };
@@ -263,8 +264,9 @@ impl<B: Backend> Session<B> {
         let store: Arc<dyn WeightStore> = model.clone();
         for (t, name) in &io.weights {
             // Adapter tensors come from the adapter's file, unpacked (they are small).
-            if let Some(l) = lora {
-                if let Some(range) = l.adapter.range(name) {
+            if let Some((i, tensor)) = crate::forward::leaves::adapter_tensor(name) {
+                let l = &lora[i];
+                if let Some(range) = l.adapter.range(tensor) {
                     let store: Arc<dyn WeightStore> = l.adapter.clone();
                     let w = WeightRef {
                         store,

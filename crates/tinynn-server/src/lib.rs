@@ -70,8 +70,8 @@ pub struct ServerConfig {
     pub api_key: Option<String>,
     /// Browsers from this origin may call the API (CORS).
     pub cors: Option<String>,
-    /// A LoRA adapter applied to every request.
-    pub lora: Option<AppliedLora>,
+    /// LoRA adapters applied to every request (their branches add up).
+    pub lora: Vec<AppliedLora>,
     /// A chat template (Jinja source) to use instead of the model's.
     pub chat_template: Option<String>,
     /// How `/v1/embeddings` pools a text's hidden states.
@@ -91,7 +91,7 @@ impl Default for ServerConfig {
             exec: ExecOptions::default(),
             api_key: None,
             cors: None,
-            lora: None,
+            lora: Vec::new(),
             chat_template: None,
             pooling: Pooling::Mean,
         }

@@ -36,6 +36,12 @@ pub trait Leaves {
     /// The LoRA branch of weight `name`, when it has one.
     fn lora(&mut self, g: &mut Graph, name: &str) -> Result<Option<LoraBranch>>;
 
+    /// Every adapter's branch for weight `name` (inference may apply several adapters; the
+    /// default is [`Leaves::lora`]'s one).
+    fn loras(&mut self, g: &mut Graph, name: &str) -> Result<Vec<LoraBranch>> {
+        Ok(self.lora(g, name)?.into_iter().collect())
+    }
+
     /// [`Leaves::tensor`] when the model has `name`, else `None`.
     fn optional(
         &mut self,
@@ -67,7 +73,7 @@ pub trait Leaves {
         } else {
             None
         };
-        let lora = self.lora(g, &name)?;
+        let lora = self.loras(g, &name)?;
         Ok(Linear { w, bias, lora })
     }
 }

@@ -32,20 +32,20 @@ pub struct LoraBranch {
     pub dropout: Option<Dropout>,
 }
 
-/// `W` (`[n_in, n_out]`), its bias and LoRA branch when it has them.
-#[derive(Clone, Copy, Debug, PartialEq)]
+/// `W` (`[n_in, n_out]`), its bias and LoRA branches (one per adapter that adapts it).
+#[derive(Clone, Debug, PartialEq)]
 pub struct Linear {
     pub w: TensorId,
     /// `[n_out]`.
     pub bias: Option<TensorId>,
-    pub lora: Option<LoraBranch>,
+    pub lora: Vec<LoraBranch>,
 }
 
 impl Linear {
-    /// `W·x + scale·B·(A·dropout(x)) + b` of x `[n_in, n]`: `[n_out, n]`.
+    /// `W·x + Σ scale·B·(A·dropout(x)) + b` of x `[n_in, n]`: `[n_out, n]`.
     pub fn forward(&self, g: &mut Graph, x: TensorId) -> Result<TensorId> {
         let mut y = g.mul_mat(self.w, x)?; // [n_out, n]
-        if let Some(l) = &self.lora {
+        for l in &self.lora {
             let xin = match l.dropout {
                 Some(d) => g.dropout(x, d.seed, d.p, d.site)?, // [n_in, n]
                 None => x,

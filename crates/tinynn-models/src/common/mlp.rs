@@ -21,7 +21,7 @@ pub enum MlpKind {
 }
 
 /// A feed-forward and its projections.
-#[derive(Clone, Copy, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct Mlp {
     kind: MlpKind,
     /// `[n_embd, n_ff]`, gated kinds only.
@@ -63,7 +63,7 @@ impl Mlp {
 
     /// The feed-forward of x `[n_embd, n]`: `[n_embd, n]`.
     pub fn forward(&self, g: &mut Graph, x: TensorId) -> Result<TensorId> {
-        let act = match self.gate {
+        let act = match &self.gate {
             Some(gate) => {
                 let gate = gate.forward(g, x)?; // [n_ff, n]
                 let up = self.up.forward(g, x)?; // [n_ff, n]

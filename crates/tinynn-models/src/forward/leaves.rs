@@ -11,8 +11,9 @@ use crate::{ModelError, Result};
 
 pub(crate) struct FileLeaves<'a> {
     pub src: WeightSource<'a>,
-    pub lora: Option<&'a AppliedLora>,
-    /// Graph weights and the tensors that back them (`<W>.lora_a`/`.lora_b`: the adapter's).
+    pub lora: &'a [AppliedLora],
+    /// Graph weights and the tensors that back them (`<W>.lora_a@i`/`.lora_b@i`: adapter i's,
+    /// see [`adapter_tensor`]).
     pub weights: Vec<(TensorId, String)>,
 }
 
@@ -40,25 +41,40 @@ impl Leaves for FileLeaves<'_> {
         Ok(self.src.get(name)?.is_some())
     }
 
-    /// The adapter's `<name>.lora_a` / `.lora_b` (checked against the model by
-    /// `LoraAdapter::check_base`) with its factor at the applied scale.
+    /// The first adapter's branch (see [`FileLeaves::loras`]).
     fn lora(&mut self, g: &mut Graph, name: &str) -> Result<Option<LoraBranch>> {
-        let Some(lora) = self.lora else {
-            return Ok(None);
-        };
-        let Some(pair) = lora.adapter.pairs.get(name) else {
-            return Ok(None);
-        };
-        let (a_name, b_name) = (format!("{name}.lora_a"), format!("{name}.lora_b"));
-        let a = g.weight(&a_name, pair.a.dtype, &pair.a.ne)?;
-        let b = g.weight(&b_name, pair.b.dtype, &pair.b.ne)?;
-        self.weights.push((a, a_name));
-        self.weights.push((b, b_name));
-        Ok(Some(LoraBranch {
-            a,
-            b,
-            scale: lora.adapter.factor(pair, lora.scale),
-            dropout: None,
-        }))
+        Ok(self.loras(g, name)?.into_iter().next())
     }
+
+    /// Each adapter's `<name>.lora_a` / `.lora_b` (checked against the model by
+    /// `LoraAdapter::check_base`) with its factor at its applied scale, in adapter order.
+    fn loras(&mut self, g: &mut Graph, name: &str) -> Result<Vec<LoraBranch>> {
+        let mut out = Vec::new();
+        for (i, lora) in self.lora.iter().enumerate() {
+            let Some(pair) = lora.adapter.pairs.get(name) else {
+                continue;
+            };
+            let (a_name, b_name) = (format!("{name}.lora_a@{i}"), format!("{name}.lora_b@{i}"));
+            let a = g.weight(&a_name, pair.a.dtype, &pair.a.ne)?;
+            let b = g.weight(&b_name, pair.b.dtype, &pair.b.ne)?;
+            self.weights.push((a, a_name));
+            self.weights.push((b, b_name));
+            out.push(LoraBranch {
+                a,
+                b,
+                scale: lora.adapter.factor(pair, lora.scale),
+                dropout: None,
+            });
+        }
+        Ok(out)
+    }
+}
+
+/// The adapter index and adapter tensor name (`<W>.lora_a` / `.lora_b`) of a graph weight
+/// name [`FileLeaves`] gave an adapter tensor (`<W>.lora_a@i`), `None` for the model's own.
+pub(crate) fn adapter_tensor(name: &str) -> Option<(usize, &str)> {
+    let (tensor, i) = name.rsplit_once('@')?;
+    let is_adapter = tensor.ends_with(".lora_a") || tensor.ends_with(".lora_b");
+    is_adapter.then_some(())?;
+    Some((i.parse().ok()?, tensor))
 }

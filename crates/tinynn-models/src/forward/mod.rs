@@ -8,7 +8,7 @@
 //! causal mask when several tokens go at once). Logits come for the last token, or for every
 //! token (`all_logits`, for perplexity), or the final hidden states (embeddings).
 
-mod leaves;
+pub(crate) mod leaves;
 
 use tinynn_core::graph::Graph;
 use tinynn_core::tensor::TensorId;
@@ -113,16 +113,16 @@ fn check_counts(spec: &GraphSpec) -> Result<()> {
     Ok(())
 }
 
-/// Builds the forward graph of the model `config` describes as `spec` says, with a LoRA
-/// adapter on the projections it adapts (checked against the model with
-/// [`crate::lora::LoraAdapter::check_base`] first).
+/// Builds the forward graph of the model `config` describes as `spec` says, with each LoRA
+/// adapter of `lora` on the projections it adapts (each checked against the model with
+/// [`crate::lora::LoraAdapter::check_base`] first; their branches add up).
 pub fn forward_graph<'a>(
     src: WeightSource<'a>,
     config: &ModelConfig,
     spec: GraphSpec,
-    lora: Option<&'a AppliedLora>,
+    lora: &'a [AppliedLora],
 ) -> Result<ForwardGraph> {
-    if let Some(l) = lora {
+    for l in lora {
         l.adapter.check_base(&src)?;
     }
     check_cache_type(spec.cache_type)?;
