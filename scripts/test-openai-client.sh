@@ -14,15 +14,16 @@ if ! command -v chromium >/dev/null || ! command -v chromedriver >/dev/null; the
     DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq chromium chromium-driver >/dev/null
 fi
 
-venv=target/py-openai
+target="${CARGO_TARGET_DIR:-target}"
+venv="$target/py-openai"
 if ! "$venv/bin/python" -c "import openai, pytest, selenium" 2>/dev/null; then
     python3 -m venv "$venv"
     "$venv/bin/pip" install --quiet --disable-pip-version-check \
         "openai>=1.40,<3" "pytest>=8,<10" "selenium>=4.20,<5"
 fi
 
-tnn=target/release/tnn
-[[ -x "$tnn" ]] || cargo build --release --quiet --bin tnn
+tnn="$target/release/tnn"
+cargo build --release --quiet --bin tnn
 port="$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
 log="$(mktemp)"
 "$tnn" serve --port "$port" -c 2048 --parallel 4 -t 2 --api-key test-key >"$log" 2>&1 &
