@@ -49,6 +49,19 @@ pub enum TrainError {
         /// The system's error.
         cause: std::io::Error,
     },
+    /// Another run (process `pid`, when known) is writing the output directory `dir`.
+    #[error(
+        "{} is in use by another training run{}; wait for it to end, or remove {} if no run is using it",
+        dir.display(),
+        pid.map_or(String::new(), |p| format!(" (process {p})")),
+        dir.join(crate::dir_lock::LOCK_FILE).display()
+    )]
+    Locked {
+        /// The output directory.
+        dir: PathBuf,
+        /// The process holding its lock.
+        pid: Option<u32>,
+    },
     /// Exporting the trained model or adapter to `path` failed.
     #[error("writing {}: {cause}", path.display())]
     Export {

@@ -21,6 +21,7 @@
 
 pub mod checkpoint;
 pub mod data;
+pub mod dir_lock;
 pub mod ema;
 pub mod error;
 pub mod export;

@@ -316,6 +316,33 @@ fn non_finite_steps_foreign_checkpoints_and_bad_settings_are_typed_errors() {
         "checkpoint-2.gguf"
     );
 
+    // A directory another live run holds is refused before anything is written; once that
+    // run is gone (its lock released), the same call trains, and leaves no lock behind.
+    let busy = dir.path().join("busy");
+    std::fs::create_dir_all(&busy).unwrap();
+    let held = tinynn_train::dir_lock::DirLock::acquire(&busy).unwrap();
+    let err = expect_err(&config(&busy, 2), true);
+    assert!(
+        matches!(err, TrainError::Locked { pid: Some(p), .. } if p == std::process::id()),
+        "{err}"
+    );
+    assert!(
+        err.to_string().contains("in use by another training run"),
+        "{err}"
+    );
+    assert!(!busy.join("metrics.jsonl").exists());
+    drop(held);
+    let (mut t, mut b) = (trainer(true), batcher());
+    fit(
+        &mut t,
+        &mut b,
+        &config(&busy, 2),
+        &AtomicBool::new(false),
+        &mut (),
+    )
+    .unwrap();
+    assert!(!busy.join(tinynn_train::dir_lock::LOCK_FILE).exists());
+
     // Two are skipped and training goes on.
     let mut cfg = config(&dir.path().join("two"), 3);
     cfg.inject_nan = vec![2, 3];

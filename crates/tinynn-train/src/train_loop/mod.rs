@@ -81,6 +81,9 @@ pub fn fit<B: Backend>(
         path: dir.to_path_buf(),
         cause,
     })?;
+    // Held until the run returns: two runs writing one directory would interleave
+    // checkpoints and metrics.
+    let _lock = crate::dir_lock::DirLock::acquire(dir)?;
     let config_json = cfg.run_identity.to_string();
     let metrics_path = dir.join("metrics.jsonl");
     let (mut log, resumed_from) = if cfg.resume {
