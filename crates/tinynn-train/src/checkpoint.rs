@@ -2,7 +2,7 @@
 //! holding the trained f32 tensors (weights or adapter tensors) and per-parameter state groups
 //! (optimizer moments `opt.m.<name>` / `opt.v.<name>`, an EMA `ema.<name>`, ...), the step, the
 //! learning-rate schedule, the data position, named RNG states and the training config (JSON).
-//! Every tensor's bytes carry a checksum, checked on load.
+//! Every tensor's bytes carry a checksum, and the metadata one more, all checked on load.
 //!
 //! Saving writes the file atomically (temporary file, fsync, rename, fsync the directory), then
 //! the `DIR/latest` pointer (the file name) the same way, and only then deletes checkpoints
@@ -22,7 +22,8 @@ use crate::data::DataPosition;
 use crate::schedule::Schedule;
 
 pub const POINTER: &str = "latest";
-const FORMAT_VERSION: u32 = 1;
+/// Version 2 added `checkpoint.meta_checksum`.
+const FORMAT_VERSION: u32 = 2;
 
 /// Everything in a checkpoint except tensors.
 #[derive(Clone, Debug, PartialEq)]
@@ -156,6 +157,59 @@ fn checksum(bytes: &[u8]) -> u64 {
     (h ^ bytes.len() as u64).wrapping_mul(P)
 }
 
+/// The metadata a checkpoint's `checkpoint.meta_checksum` covers, in a fixed order.
+struct MetaFields<'a> {
+    step: u64,
+    architecture: Option<&'a str>,
+    config_json: &'a str,
+    schedule_json: Option<&'a str>,
+    data: Option<&'a DataPosition>,
+    rngs: &'a [(String, u64)],
+    params: &'a [String],
+    groups: &'a [String],
+    sums: &'a [u64],
+}
+
+impl MetaFields<'_> {
+    /// A checksum over every field (each length-prefixed, absent ones marked), so that any
+    /// edit of the step, schedule, data position, random states, names or tensor checksums
+    /// is caught.
+    fn checksum(&self) -> u64 {
+        fn put(buf: &mut Vec<u8>, bytes: &[u8]) {
+            buf.extend_from_slice(&(bytes.len() as u64).to_le_bytes());
+            buf.extend_from_slice(bytes);
+        }
+        fn opt(buf: &mut Vec<u8>, s: Option<&str>) {
+            buf.push(u8::from(s.is_some()));
+            put(buf, s.unwrap_or("").as_bytes());
+        }
+        let mut b = Vec::new();
+        b.extend_from_slice(&self.step.to_le_bytes());
+        opt(&mut b, self.architecture);
+        put(&mut b, self.config_json.as_bytes());
+        opt(&mut b, self.schedule_json);
+        b.push(u8::from(self.data.is_some()));
+        if let Some(d) = self.data {
+            for v in [d.epoch, d.index, d.rng] {
+                b.extend_from_slice(&v.to_le_bytes());
+            }
+        }
+        for list in [self.params, self.groups] {
+            b.extend_from_slice(&(list.len() as u64).to_le_bytes());
+            list.iter().for_each(|s| put(&mut b, s.as_bytes()));
+        }
+        b.extend_from_slice(&(self.rngs.len() as u64).to_le_bytes());
+        for (name, state) in self.rngs {
+            put(&mut b, name.as_bytes());
+            b.extend_from_slice(&state.to_le_bytes());
+        }
+        self.sums
+            .iter()
+            .for_each(|s| b.extend_from_slice(&s.to_le_bytes()));
+        checksum(&b)
+    }
+}
+
 fn f32_bytes(data: &[f32]) -> &[u8] {
     // Checkpoints are little-endian f32, like the machines they are written on.
     #[cfg(target_endian = "big")]
@@ -243,7 +297,23 @@ pub fn save(
             add(&format!("{prefix}{}", p.name), p.dims, data)?;
         }
     }
+    let schedule_json = m.schedule.as_ref().map(|s| s.to_json());
+    let params: Vec<String> = ckpt.params.iter().map(|p| p.name.to_string()).collect();
+    let groups: Vec<String> = ckpt.groups.iter().map(|g| g.0.to_string()).collect();
+    let meta_sum = MetaFields {
+        step: m.step,
+        architecture: m.architecture.as_deref(),
+        config_json: &m.config_json,
+        schedule_json: schedule_json.as_deref(),
+        data: m.data.as_ref(),
+        rngs: &m.rngs,
+        params: &params,
+        groups: &groups,
+        sums: &sums,
+    }
+    .checksum();
     w.set("checkpoint.checksums", Value::Array(Array::U64(sums)));
+    w.set("checkpoint.meta_checksum", Value::U64(meta_sum));
     let fmt = |e: tinynn_format::Error| invalid(e.to_string());
     for p in &ckpt.params {
         w.add_tensor(p.name, GgmlType::F32, p.dims, f32_bytes(p.data))
@@ -478,6 +548,8 @@ pub fn load(path: &Path) -> Result<LoadedCheckpoint, CheckpointError> {
         Some(Value::Array(Array::U64(v))) => v.clone(),
         _ => return Err(meta_err("checkpoint.checksums", "missing or not u64s")),
     };
+    let schedule_json = str_of("checkpoint.schedule")?.map(str::to_string);
+    let meta_sum = u64_of("checkpoint.meta_checksum")?;
     let ckpt = LoadedCheckpoint {
         meta: CheckpointMeta {
             step,
@@ -530,7 +602,7 @@ pub fn load(path: &Path) -> Result<LoadedCheckpoint, CheckpointError> {
             });
         }
     }
-    for (name, sum) in names.iter().zip(sums) {
+    for (name, &sum) in names.iter().zip(&sums) {
         if checksum(f32_bytes(ckpt.tensor(name)?.data)) != sum {
             return Err(CheckpointError::Corrupt {
                 path: path.clone(),
@@ -538,7 +610,28 @@ pub fn load(path: &Path) -> Result<LoadedCheckpoint, CheckpointError> {
             });
         }
     }
-    Ok(ckpt)
+    // The metadata (step, schedule, data position, random states) as written.
+    let m = &ckpt.meta;
+    let want = MetaFields {
+        step: m.step,
+        architecture: m.architecture.as_deref(),
+        config_json: &m.config_json,
+        schedule_json: schedule_json.as_deref(),
+        data: m.data.as_ref(),
+        rngs: &m.rngs,
+        params: &ckpt.params,
+        groups: &ckpt.groups,
+        sums: &sums,
+    }
+    .checksum();
+    match meta_sum {
+        Some(got) if got == want => Ok(ckpt),
+        Some(_) => Err(meta_err(
+            "checkpoint.meta_checksum",
+            "the metadata does not match its checksum (the file was corrupted or edited)",
+        )),
+        None => Err(meta_err("checkpoint.meta_checksum", "missing")),
+    }
 }
 
 /// Loads the checkpoint `dir/latest` names; when that fails, the newest checkpoint in `dir`

@@ -180,6 +180,44 @@ fn bad_pointer_and_corrupt_files_fall_back() {
         Ok(_) => panic!("corruption not detected"),
     }
 
+    // Edited metadata (data position, random state, schedule, step, names) with the tensors
+    // intact: the metadata checksum refuses it, and --resume falls back to the one before.
+    std::fs::write(&p2, &bytes).unwrap();
+    std::fs::write(d.join("latest"), "checkpoint-2.gguf\n").unwrap();
+    let edits: [(&str, Value); 5] = [
+        ("checkpoint.data.index", Value::U64(999)),
+        (
+            "checkpoint.rng.states",
+            Value::Array(tinynn_format::gguf::Array::U64(vec![7])),
+        ),
+        ("checkpoint.data.rng", Value::U64(1)),
+        (
+            "checkpoint.schedule",
+            Value::String(r#"{"kind":"constant","lr":0.5}"#.into()),
+        ),
+        ("checkpoint.step", Value::U64(3)),
+    ];
+    for (key, value) in edits {
+        let g = tinynn_format::gguf::Gguf::parse(&bytes).unwrap();
+        let mut w = GgufWriter::from_gguf(&g, &bytes).unwrap();
+        w.set(key, value);
+        let mut out = Vec::new();
+        w.write_to(&mut out).unwrap();
+        std::fs::write(&p2, &out).unwrap();
+        let err = match load(&p2) {
+            Err(e) => e.to_string(),
+            Ok(_) => panic!("edited {key} not detected"),
+        };
+        assert!(
+            err.contains("checkpoint.meta_checksum") || err.contains(key),
+            "{key}: {err}"
+        );
+        let c = load_latest(d).unwrap();
+        assert_is_step(&c, 1);
+    }
+    let err = load(&p2).err().unwrap().to_string();
+    assert!(err.contains("corrupted or edited"), "{err}");
+
     // A pointer with garbage in it.
     std::fs::write(d.join("latest"), "../../etc/passwd").unwrap();
     let c = load_latest(d).unwrap();
@@ -199,7 +237,7 @@ fn bad_pointer_and_corrupt_files_fall_back() {
 fn forged(path: &Path, tensors: &[(&str, GgmlType, &[u64], &[u8])], params: &[&str]) {
     let mut w = GgufWriter::new();
     w.set_str("general.type", "checkpoint");
-    w.set("checkpoint.version", Value::U32(1));
+    w.set("checkpoint.version", Value::U32(2));
     w.set("checkpoint.step", Value::U64(5));
     let strs = |v: &[&str]| {
         Value::Array(tinynn_format::gguf::Array::String(
@@ -332,7 +370,7 @@ fn forged_counts_are_refused_before_names_are_built() {
     };
     let mut w = GgufWriter::new();
     w.set_str("general.type", "checkpoint");
-    w.set("checkpoint.version", Value::U32(1));
+    w.set("checkpoint.version", Value::U32(2));
     w.set("checkpoint.step", Value::U64(5));
     w.set("checkpoint.rng.names", strs(&[]));
     w.set(
