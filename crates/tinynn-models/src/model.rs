@@ -90,14 +90,17 @@ impl Model {
             .ok()
             .flatten()
             .map(str::to_string);
-        Ok(Arc::new(Model {
-            path: file.path().to_path_buf(),
-            files: Files::Gguf(file),
-            config,
-            text,
-            chat_template,
-            packs: Mutex::default(),
-        }))
+        Ok(Arc::new(
+            Model {
+                path: file.path().to_path_buf(),
+                files: Files::Gguf(file),
+                config,
+                text,
+                chat_template,
+                packs: Mutex::default(),
+            }
+            .vocab_checked(),
+        ))
     }
 
     /// A model over an opened Hugging Face directory.
@@ -117,14 +120,40 @@ impl Model {
             .map_err(|e| format!("{}: {e}", p.display())),
         };
         let chat_template = hf_chat_template(&dir.dir)?;
-        Ok(Arc::new(Model {
-            path: dir.dir.clone(),
-            files: Files::Hf(dir),
-            config,
-            text,
-            chat_template,
-            packs: Mutex::default(),
-        }))
+        Ok(Arc::new(
+            Model {
+                path: dir.dir.clone(),
+                files: Files::Hf(dir),
+                config,
+                text,
+                chat_template,
+                packs: Mutex::default(),
+            }
+            .vocab_checked(),
+        ))
+    }
+
+    /// The model with its tokenizer refused when the vocabulary holds more tokens than the
+    /// token embedding has rows (a token id past the last row has no embedding). More rows
+    /// than tokens is legitimate (Hugging Face checkpoints pad the embedding).
+    fn vocab_checked(mut self) -> Model {
+        let rows = self
+            .source()
+            .get("token_embd.weight")
+            .ok()
+            .flatten()
+            .and_then(|w| w.dims.get(1).copied());
+        if let (Ok((_, vocab)), Some(rows)) = (&self.text, rows) {
+            let n = vocab.len() as u64;
+            if n > rows {
+                self.text = Err(format!(
+                    "{}: the vocabulary has {n} tokens but token_embd.weight has {rows} rows \
+                     (tokens {rows}..{n} would have no embedding)",
+                    self.path.display()
+                ));
+            }
+        }
+        self
     }
 
     /// The file or directory the model was opened from.
