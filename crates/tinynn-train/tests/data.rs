@@ -483,3 +483,46 @@ fn bin_files_are_streamed_and_checked() {
     assert!(matches!(err, DataError::Io { .. }), "{err}");
     assert!(BinTokens::open(&[], 4, 10).is_err());
 }
+
+/// A line of many short turns costs what its first sequence costs: turns past the sequence are
+/// neither rendered nor tokenized (before, each of the 5000 turns rendered the conversation up
+/// to it twice and every span was tokenized).
+#[test]
+fn chat_turns_past_the_sequence_are_not_processed() {
+    let t = ChatTemplate::new(TOY_CHATML.into(), "", "");
+    let calls = std::cell::Cell::new(0usize);
+    let enc = FnEncoder(|s: &str| {
+        calls.set(calls.get() + 1);
+        s.bytes().map(u32::from).collect()
+    });
+    let turns: Vec<String> = (0..5000)
+        .map(|i| {
+            format!(r#"{{"role":"user","content":"q{i}"}},{{"role":"assistant","content":"a{i}"}}"#)
+        })
+        .collect();
+    let line = format!(r#"{{"messages":[{}]}}"#, turns.join(","));
+    let seq = 64; // a user-assistant pair is 35 tokens of bytes
+    let samples =
+        ChatSamples::from_lines(Path::new("many.jsonl"), vec![(1, line)], &t, &enc, seq).unwrap();
+    assert_eq!(samples.len(), 1);
+    assert_eq!(samples.stats().truncated, 1);
+    assert!(
+        calls.get() <= 2 * (seq + 2) + 1,
+        "{} encoder calls",
+        calls.get()
+    );
+    // The tokens kept are those of the whole conversation's first sequence.
+    let messages: Vec<Message> = (0..3)
+        .flat_map(|i| {
+            [
+                Message::new("user", &format!("q{i}")),
+                Message::new("assistant", &format!("a{i}")),
+            ]
+        })
+        .collect();
+    let (full, _) = tokenize_conversation(&messages, &t, &bytes_encoder()).unwrap();
+    let (cut, _) =
+        tinynn_train::data::tokenize_conversation_upto(&messages, &t, &bytes_encoder(), seq + 2)
+            .unwrap();
+    assert!(cut.len() >= seq + 2 && full.starts_with(&cut));
+}

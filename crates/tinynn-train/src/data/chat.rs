@@ -12,7 +12,10 @@
 //! delimited by special tokens (ChatML, Llama 3, ...) this equals tokenizing the whole text.
 //!
 //! Each sample becomes one sequence: longer ones are truncated (counted), shorter ones padded
-//! with labels −1. Samples with no assistant token left are skipped (counted).
+//! with labels −1. Samples with no assistant token left are skipped (counted). Turns past the
+//! sequence are never rendered: a conversation is tokenized only until it holds one token
+//! more than a sequence takes, so a line of many short turns costs as much as its first
+//! sequence, not its turns × its length (each turn renders the conversation up to it).
 
 use std::io::{BufRead, BufReader, Read};
 use std::path::Path;
@@ -66,12 +69,40 @@ pub fn tokenize_conversation(
     template: &ChatTemplate,
     encoder: &dyn Encode,
 ) -> Result<(Vec<u32>, Vec<bool>), String> {
+    tokenize_conversation_upto(messages, template, encoder, usize::MAX)
+}
+
+/// [`tokenize_conversation`], stopping once at least `limit` tokens are out (what follows is
+/// neither rendered per turn nor tokenized; the result may hold more than `limit` tokens).
+pub fn tokenize_conversation_upto(
+    messages: &[Message],
+    template: &ChatTemplate,
+    encoder: &dyn Encode,
+    limit: usize,
+) -> Result<(Vec<u32>, Vec<bool>), String> {
     let render = |m: &[Message], gen: bool| template.render(m, gen).map_err(|e| e.to_string());
     let full = render(messages, false)?;
-    let mut cuts = Vec::new(); // (start, end) byte ranges of assistant spans
+    let mut tokens = Vec::new();
+    let mut target = Vec::new();
+    let mut piece = |text: &str, is_target: bool| -> Result<usize, String> {
+        if !text.is_empty() {
+            let ids = encoder
+                .encode(text)
+                .map_err(|e| format!("tokenizing: {e}"))?;
+            target.extend(std::iter::repeat_n(is_target, ids.len()));
+            tokens.extend(ids);
+        }
+        Ok(tokens.len())
+    };
+    // Byte offset of the text not tokenized yet; the spans are cut there in order.
+    let mut at = 0;
+    let mut n_tokens = 0;
     for (k, m) in messages.iter().enumerate() {
         if m.role != "assistant" {
             continue;
+        }
+        if n_tokens >= limit {
+            break;
         }
         let before = render(&messages[..k], true)?;
         let through = render(&messages[..=k], false)?;
@@ -82,32 +113,16 @@ pub fn tokenize_conversation(
                  prefix of the whole; cannot find the assistant's tokens"
             ));
         }
-        if let Some(&(_, prev_end)) = cuts.last() {
-            if before.len() < prev_end {
-                return Err(format!("assistant message {k} overlaps the previous one"));
-            }
+        if before.len() < at {
+            return Err(format!("assistant message {k} overlaps the previous one"));
         }
-        cuts.push((before.len(), through.len()));
+        piece(&full[at..before.len()], false)?;
+        n_tokens = piece(&full[before.len()..through.len()], true)?;
+        at = through.len();
     }
-    let mut tokens = Vec::new();
-    let mut target = Vec::new();
-    let mut piece = |text: &str, is_target: bool| -> Result<(), String> {
-        if !text.is_empty() {
-            let ids = encoder
-                .encode(text)
-                .map_err(|e| format!("tokenizing: {e}"))?;
-            target.extend(std::iter::repeat_n(is_target, ids.len()));
-            tokens.extend(ids);
-        }
-        Ok(())
-    };
-    let mut at = 0;
-    for &(start, end) in &cuts {
-        piece(&full[at..start], false)?;
-        piece(&full[start..end], true)?;
-        at = end;
+    if n_tokens < limit {
+        piece(&full[at..], false)?;
     }
-    piece(&full[at..], false)?;
     Ok((tokens, target))
 }
 
@@ -178,8 +193,10 @@ impl ChatSamples {
                 continue;
             }
             let messages = parse_messages(&line).map_err(|m| DataError::line(path, no, m))?;
-            let (mut ids, mut target) = tokenize_conversation(&messages, template, encoder)
-                .map_err(|m| DataError::line(path, no, m))?;
+            // One token past the sequence tells a truncated sample from one that fits.
+            let (mut ids, mut target) =
+                tokenize_conversation_upto(&messages, template, encoder, seq + 2)
+                    .map_err(|m| DataError::line(path, no, m))?;
             out.stats.tokens += ids.len() as u64;
             let truncated = ids.len() > seq + 1;
             ids.truncate(seq + 1);

@@ -12,7 +12,9 @@ mod text;
 
 pub use batcher::{Batch, BatchConfig, Batcher, DataPosition, EvalSplit};
 pub use bin::BinTokens;
-pub use chat::{parse_messages, tokenize_conversation, ChatSamples, MAX_LINE_BYTES};
+pub use chat::{
+    parse_messages, tokenize_conversation, tokenize_conversation_upto, ChatSamples, MAX_LINE_BYTES,
+};
 pub use error::DataError;
 pub use open::{is_chat, open, Tokenization};
 pub use source::{Encode, FnEncoder, Sequences, SourceStats, IGNORE, PAD_INPUT};
