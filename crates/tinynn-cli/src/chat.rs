@@ -26,7 +26,8 @@ pub struct ChatArgs {
     #[arg(long = "chat-template")]
     pub chat_template: Option<PathBuf>,
     /// Most tokens per reply.
-    #[arg(short = 'n', long = "n-predict", default_value_t = 512)]
+    #[arg(short = 'n', long = "n-predict", default_value = "512",
+          value_parser = crate::generate::parse_n_predict, allow_negative_numbers = true)]
     pub n_predict: usize,
 }
 

@@ -118,12 +118,35 @@ pub struct SamplingArgs {
     /// Subtract this per occurrence among recent tokens (0 is off).
     #[arg(long = "frequency-penalty", default_value_t = 0.0)]
     pub frequency_penalty: f32,
-    /// Random seed (default: from the clock); the same seed and settings give the same text.
-    #[arg(short = 's', long = "seed")]
+    /// Random seed (default, or -1: from the clock); the same seed and settings give the same
+    /// text.
+    #[arg(short = 's', long = "seed", value_parser = parse_seed, allow_negative_numbers = true)]
     pub seed: Option<u64>,
     /// Stop when the output contains this text (repeatable); it is not printed.
     #[arg(long = "stop")]
     pub stop: Vec<String>,
+}
+
+/// `-n`: a count, or -1 for "until end of text or a full context" (llama.cpp's spelling).
+pub fn parse_n_predict(s: &str) -> Result<usize, String> {
+    match s.trim().parse::<i64>() {
+        Ok(-1) => Ok(usize::MAX),
+        Ok(n) if n >= 0 => Ok(n as usize),
+        _ => Err(format!(
+            "'{s}' is not a token count (a number ≥ 0, or -1 for no limit)"
+        )),
+    }
+}
+
+/// `-s`: a seed, or -1 for one from the clock (llama.cpp's spelling).
+pub fn parse_seed(s: &str) -> Result<u64, String> {
+    match s.trim().parse::<i128>() {
+        Ok(-1) => Ok(u64::MAX),
+        Ok(n) if (0..i128::from(u64::MAX)).contains(&n) => Ok(n as u64),
+        _ => Err(format!(
+            "'{s}' is not a seed (0 to 2^64 - 2, or -1 for a random one)"
+        )),
+    }
 }
 
 impl SamplingArgs {
@@ -132,7 +155,8 @@ impl SamplingArgs {
         let strategy = if self.temp <= 0.0 {
             Strategy::Greedy
         } else {
-            let seed = self.seed.unwrap_or_else(|| {
+            // u64::MAX is what `-s -1` parses to: a seed from the clock.
+            let seed = self.seed.filter(|&s| s != u64::MAX).unwrap_or_else(|| {
                 std::time::SystemTime::now()
                     .duration_since(std::time::UNIX_EPOCH)
                     .map_or(0, |d| d.as_nanos() as u64)

@@ -68,7 +68,19 @@ fn llama_cpp_spellings(args: impl Iterator<Item = std::ffi::OsString>) -> Vec<st
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse_from(llama_cpp_spellings(std::env::args_os()));
+    let cli = match Cli::try_parse_from(llama_cpp_spellings(std::env::args_os())) {
+        Ok(cli) => cli,
+        Err(e) => {
+            // --help and --version print to stdout and succeed; usage errors exit 1, like
+            // every other error of `tnn` (clap's own code is 2).
+            let _ = e.print();
+            return if e.use_stderr() {
+                ExitCode::FAILURE
+            } else {
+                ExitCode::SUCCESS
+            };
+        }
+    };
     let result = match cli.command {
         Command::Run(args) => run::run(&args),
         Command::Chat(args) => chat::run(&args),

@@ -25,8 +25,10 @@ pub struct RunArgs {
         default_value = "The capital of France is"
     )]
     pub prompt: String,
-    /// Tokens to generate (stops earlier at end of text).
-    #[arg(short = 'n', long = "n-predict", default_value_t = 128)]
+    /// Tokens to generate (stops earlier at end of text); -1: until end of text or a full
+    /// context.
+    #[arg(short = 'n', long = "n-predict", default_value = "128",
+          value_parser = crate::generate::parse_n_predict, allow_negative_numbers = true)]
     pub n_predict: usize,
     /// Wrap the prompt in the model's chat template as a user message.
     #[arg(long)]

@@ -358,3 +358,46 @@ fn bench_reports_pp_and_tg() {
         assert!(out.stderr.starts_with("error:"), "{}", out.stderr);
     }
 }
+
+/// llama.cpp's spellings: `-n -1` generates until end of text or a full context, `-s -1` draws
+/// a random seed; a bad `-n` or an unknown flag is a usage error with exit code 1 (clap's own
+/// is 2), `--help` succeeds.
+#[test]
+fn minus_one_counts_and_usage_exit_codes() {
+    let out = run_measured(
+        tnn()
+            .args(["run", "-p", "Once upon a time", "-n", "-1", "-c", "64"])
+            .args(["--temp", "0", "-t", "2", "-m"])
+            .arg(real_model()),
+    );
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    // The 4-token prompt leaves 60 of the 64 rows (unless the text ends first).
+    let generated: usize = out
+        .stderr
+        .split("generation: ")
+        .nth(1)
+        .and_then(|s| s.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("{}", out.stderr));
+    assert!(generated > 0 && generated <= 60, "{}", out.stderr);
+    let out = run_measured(
+        tnn()
+            .args([
+                "run", "-p", "Hi", "-n", "4", "-s", "-1", "--temp", "1", "-m",
+            ])
+            .arg(real_model()),
+    );
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    for bad in [
+        &["run", "-n", "-2"][..],
+        &["run", "-s", "-5"],
+        &["run", "--no-such-flag"],
+    ] {
+        let out = run_measured(tnn().args(bad));
+        assert_eq!(out.code, Some(1), "{bad:?}: {}", out.stderr);
+        assert!(out.stderr.contains("error"), "{bad:?}: {}", out.stderr);
+    }
+    let out = run_measured(tnn().arg("--help"));
+    assert_eq!(out.code, Some(0));
+    assert!(out.stdout.contains("serve"), "{}", out.stdout);
+}
