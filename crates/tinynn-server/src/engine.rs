@@ -185,6 +185,11 @@ pub fn start(session: Session, queue: usize, metrics: Arc<Metrics>) -> EngineHan
     let waiting = Arc::new(AtomicUsize::new(0));
     let slot_ctx = session.n_ctx() / session.n_seq();
     let n_seq = session.n_seq();
+    let end_tokens = session
+        .model()
+        .tokenizer()
+        .map(|t| t.end_tokens())
+        .unwrap_or_default();
     let engine = Engine {
         slots: (0..n_seq).map(|_| None).collect(),
         session,
@@ -194,6 +199,9 @@ pub fn start(session: Session, queue: usize, metrics: Arc<Metrics>) -> EngineHan
         backlog: VecDeque::new(),
         slot_ctx,
         logits: Vec::new(),
+        end_tokens,
+        batch: Vec::new(),
+        fed: Vec::new(),
         last_used: vec![0; n_seq],
         clock: 0,
     };
@@ -218,7 +226,13 @@ struct Engine {
     /// Received, waiting for a slot.
     backlog: VecDeque<Work>,
     slot_ctx: usize,
+    /// A copy of an output row, for requests that bias the logits.
     logits: Vec<f32>,
+    /// The model's end-of-text tokens (banned for `ignore_eos`).
+    end_tokens: Vec<u32>,
+    /// The step's batch and prompt tokens fed per slot, kept between steps.
+    batch: Vec<BatchToken>,
+    fed: Vec<usize>,
     /// Per slot: when it was last given a request ([`Engine::clock`] ticks).
     last_used: Vec<u64>,
     clock: u64,
@@ -371,7 +385,12 @@ impl Engine {
 
     /// One plan run: a token for every generating slot, then prompt chunks; then sampling.
     fn step(&mut self) {
-        let mut batch = Vec::new();
+        // The step's inputs go through buffers kept from step to step.
+        let mut batch = std::mem::take(&mut self.batch);
+        let mut fed = std::mem::take(&mut self.fed);
+        batch.clear();
+        fed.clear();
+        fed.resize(self.slots.len(), 0);
         for (s, slot) in self.slots.iter().enumerate() {
             if let Some(t) = slot.as_ref().and_then(|a| a.pending) {
                 batch.push(BatchToken {
@@ -382,7 +401,6 @@ impl Engine {
             }
         }
         let mut room = STEP_PROMPT_TOKENS;
-        let mut fed = vec![0; self.slots.len()];
         for (s, slot) in self.slots.iter().enumerate() {
             let Some(a) = slot else { continue };
             let left = a.req.prompt.len() - a.fed;
@@ -400,60 +418,68 @@ impl Engine {
                 });
             }
         }
-        if batch.is_empty() {
-            return;
-        }
-        if let Err(e) = self.session.decode(&batch) {
-            let msg = format!("evaluating the batch: {e}");
-            for s in 0..self.slots.len() {
-                if batch.iter().any(|t| t.seq == s) {
-                    self.fail(s, &msg);
+        if !batch.is_empty() {
+            match self.session.decode(&batch) {
+                Err(e) => {
+                    let msg = format!("evaluating the batch: {e}");
+                    for s in 0..self.slots.len() {
+                        if batch.iter().any(|t| t.seq == s) {
+                            self.fail(s, &msg);
+                        }
+                    }
+                }
+                Ok(()) => {
+                    for (s, n) in fed.iter().enumerate() {
+                        if let Some(a) = self.slots[s].as_mut() {
+                            a.fed += n;
+                        }
+                    }
+                    // Output rows come in the order of the batch's tokens that asked for one.
+                    let outputs = batch.iter().filter(|t| t.logits).map(|t| t.seq);
+                    for (row, s) in outputs.enumerate() {
+                        self.sample(s, row);
+                    }
                 }
             }
-            return;
         }
-        for (s, n) in fed.iter().enumerate() {
-            if let Some(a) = self.slots[s].as_mut() {
-                a.fed += n;
-            }
-        }
-        let outputs: Vec<usize> = batch.iter().filter(|t| t.logits).map(|t| t.seq).collect();
-        for (row, s) in outputs.into_iter().enumerate() {
-            self.logits.clear();
-            self.logits.extend_from_slice(self.session.output(row));
-            self.sample(s);
-        }
+        self.batch = batch;
+        self.fed = fed;
     }
 
-    /// Samples slot `s`'s next token from `self.logits` and sends its text.
-    fn sample(&mut self, s: usize) {
-        let Some(a) = self.slots[s].as_mut() else {
-            return;
-        };
-        a.pending = None;
-        for &(t, b) in &a.req.params.logit_bias {
-            if let Some(l) = self.logits.get_mut(t as usize) {
-                *l += b;
-            }
-        }
+    /// Samples slot `s`'s next token from output row `row` and sends its text.
+    fn sample(&mut self, s: usize, row: usize) {
         let model = self.session.model().clone();
         let (tok, vocab) = match (model.tokenizer(), model.vocab()) {
             (Ok(t), Ok(v)) => (t, v),
             (Err(e), _) | (_, Err(e)) => return self.fail(s, &e.to_string()),
         };
-        if a.req.params.ignore_eos {
-            for t in tok.end_tokens() {
+        let Some(a) = self.slots[s].as_mut() else {
+            return;
+        };
+        a.pending = None;
+        let p = &a.req.params;
+        // The logits are read in place; a request that biases them gets a copy.
+        let logits: &[f32] = if p.logit_bias.is_empty() && !p.ignore_eos {
+            self.session.output(row)
+        } else {
+            self.logits.clear();
+            self.logits.extend_from_slice(self.session.output(row));
+            for &(t, b) in &p.logit_bias {
                 if let Some(l) = self.logits.get_mut(t as usize) {
-                    *l = f32::NEG_INFINITY;
+                    *l += b;
                 }
             }
-        }
-        let next = a.sampler.sample(&self.logits);
-        let logprob = a
-            .req
-            .params
-            .logprobs
-            .map(|k| token_logprob(&self.logits, next, k));
+            if p.ignore_eos {
+                for &t in &self.end_tokens {
+                    if let Some(l) = self.logits.get_mut(t as usize) {
+                        *l = f32::NEG_INFINITY;
+                    }
+                }
+            }
+            &self.logits
+        };
+        let next = a.sampler.sample(logits);
+        let logprob = p.logprobs.map(|k| token_logprob(logits, next, k));
         let now = Instant::now();
         if a.first_token.is_none() {
             a.first_token = Some(now);

@@ -22,6 +22,7 @@
 
 #![warn(missing_docs)]
 
+mod answer;
 pub mod api;
 pub mod engine;
 pub mod error;

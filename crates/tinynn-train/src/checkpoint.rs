@@ -157,57 +157,47 @@ fn checksum(bytes: &[u8]) -> u64 {
     (h ^ bytes.len() as u64).wrapping_mul(P)
 }
 
-/// The metadata a checkpoint's `checkpoint.meta_checksum` covers, in a fixed order.
-struct MetaFields<'a> {
-    step: u64,
-    architecture: Option<&'a str>,
-    config_json: &'a str,
-    schedule_json: Option<&'a str>,
-    data: Option<&'a DataPosition>,
-    rngs: &'a [(String, u64)],
-    params: &'a [String],
-    groups: &'a [String],
-    sums: &'a [u64],
-}
-
-impl MetaFields<'_> {
-    /// A checksum over every field (each length-prefixed, absent ones marked), so that any
-    /// edit of the step, schedule, data position, random states, names or tensor checksums
-    /// is caught.
-    fn checksum(&self) -> u64 {
-        fn put(buf: &mut Vec<u8>, bytes: &[u8]) {
-            buf.extend_from_slice(&(bytes.len() as u64).to_le_bytes());
-            buf.extend_from_slice(bytes);
-        }
-        fn opt(buf: &mut Vec<u8>, s: Option<&str>) {
-            buf.push(u8::from(s.is_some()));
-            put(buf, s.unwrap_or("").as_bytes());
-        }
-        let mut b = Vec::new();
-        b.extend_from_slice(&self.step.to_le_bytes());
-        opt(&mut b, self.architecture);
-        put(&mut b, self.config_json.as_bytes());
-        opt(&mut b, self.schedule_json);
-        b.push(u8::from(self.data.is_some()));
-        if let Some(d) = self.data {
-            for v in [d.epoch, d.index, d.rng] {
-                b.extend_from_slice(&v.to_le_bytes());
-            }
-        }
-        for list in [self.params, self.groups] {
-            b.extend_from_slice(&(list.len() as u64).to_le_bytes());
-            list.iter().for_each(|s| put(&mut b, s.as_bytes()));
-        }
-        b.extend_from_slice(&(self.rngs.len() as u64).to_le_bytes());
-        for (name, state) in self.rngs {
-            put(&mut b, name.as_bytes());
-            b.extend_from_slice(&state.to_le_bytes());
-        }
-        self.sums
-            .iter()
-            .for_each(|s| b.extend_from_slice(&s.to_le_bytes()));
-        checksum(&b)
+/// `checkpoint.meta_checksum`: a checksum over `m`'s step, architecture, config, schedule (as
+/// its JSON), data position and random states, the parameter and group names, and the tensor
+/// checksums, each length-prefixed (absent ones marked), so that any edit of them is caught.
+fn meta_checksum(
+    m: &CheckpointMeta,
+    schedule_json: Option<&str>,
+    params: &[String],
+    groups: &[String],
+    sums: &[u64],
+) -> u64 {
+    fn put(buf: &mut Vec<u8>, bytes: &[u8]) {
+        buf.extend_from_slice(&(bytes.len() as u64).to_le_bytes());
+        buf.extend_from_slice(bytes);
     }
+    fn opt(buf: &mut Vec<u8>, s: Option<&str>) {
+        buf.push(u8::from(s.is_some()));
+        put(buf, s.unwrap_or("").as_bytes());
+    }
+    let mut b = Vec::new();
+    b.extend_from_slice(&m.step.to_le_bytes());
+    opt(&mut b, m.architecture.as_deref());
+    put(&mut b, m.config_json.as_bytes());
+    opt(&mut b, schedule_json);
+    b.push(u8::from(m.data.is_some()));
+    if let Some(d) = &m.data {
+        for v in [d.epoch, d.index, d.rng] {
+            b.extend_from_slice(&v.to_le_bytes());
+        }
+    }
+    for list in [params, groups] {
+        b.extend_from_slice(&(list.len() as u64).to_le_bytes());
+        list.iter().for_each(|s| put(&mut b, s.as_bytes()));
+    }
+    b.extend_from_slice(&(m.rngs.len() as u64).to_le_bytes());
+    for (name, state) in &m.rngs {
+        put(&mut b, name.as_bytes());
+        b.extend_from_slice(&state.to_le_bytes());
+    }
+    sums.iter()
+        .for_each(|s| b.extend_from_slice(&s.to_le_bytes()));
+    checksum(&b)
 }
 
 fn f32_bytes(data: &[f32]) -> &[u8] {
@@ -300,18 +290,7 @@ pub fn save(
     let schedule_json = m.schedule.as_ref().map(|s| s.to_json());
     let params: Vec<String> = ckpt.params.iter().map(|p| p.name.to_string()).collect();
     let groups: Vec<String> = ckpt.groups.iter().map(|g| g.0.to_string()).collect();
-    let meta_sum = MetaFields {
-        step: m.step,
-        architecture: m.architecture.as_deref(),
-        config_json: &m.config_json,
-        schedule_json: schedule_json.as_deref(),
-        data: m.data.as_ref(),
-        rngs: &m.rngs,
-        params: &params,
-        groups: &groups,
-        sums: &sums,
-    }
-    .checksum();
+    let meta_sum = meta_checksum(m, schedule_json.as_deref(), &params, &groups, &sums);
     w.set("checkpoint.checksums", Value::Array(Array::U64(sums)));
     w.set("checkpoint.meta_checksum", Value::U64(meta_sum));
     let fmt = |e: tinynn_format::Error| invalid(e.to_string());
@@ -611,19 +590,13 @@ pub fn load(path: &Path) -> Result<LoadedCheckpoint, CheckpointError> {
         }
     }
     // The metadata (step, schedule, data position, random states) as written.
-    let m = &ckpt.meta;
-    let want = MetaFields {
-        step: m.step,
-        architecture: m.architecture.as_deref(),
-        config_json: &m.config_json,
-        schedule_json: schedule_json.as_deref(),
-        data: m.data.as_ref(),
-        rngs: &m.rngs,
-        params: &ckpt.params,
-        groups: &ckpt.groups,
-        sums: &sums,
-    }
-    .checksum();
+    let want = meta_checksum(
+        &ckpt.meta,
+        schedule_json.as_deref(),
+        &ckpt.params,
+        &ckpt.groups,
+        &sums,
+    );
     match meta_sum {
         Some(got) if got == want => Ok(ckpt),
         Some(_) => Err(meta_err(

@@ -67,11 +67,8 @@ mod avx512 {
         while p < nb * 16 {
             if pf != 0 {
                 // Streaming the group from memory: ask for this step's bytes (64·sets) `pf`
-                // bytes ahead. SAFETY: prefetching never faults.
-                let ahead = w.wrapping_add(64 * p + pf) as *const i8;
-                for line in 0..sets {
-                    _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(64 * line));
-                }
+                // bytes ahead.
+                crate::simd::prefetch(w.wrapping_add(64 * p + pf), 64 * sets);
             }
             for (s, fs) in f.iter_mut().enumerate().take(sets) {
                 // SAFETY: pair p + s < nb·16 (sets divides 16) of the group and of every token
@@ -90,14 +87,7 @@ mod avx512 {
             }
             p += sets;
         }
-        let mask = super::super::lanes(valid);
-        for t in 0..T {
-            let mut sum = f[0][t];
-            for fs in f.iter().take(sets).skip(1) {
-                sum = _mm512_add_ps(sum, fs[t]);
-            }
-            // SAFETY: the `valid` columns of token t's output row are this thread's (caller).
-            unsafe { _mm512_mask_storeu_ps(out.add(t * out_stride), mask, sum) };
-        }
+        // SAFETY: the `valid` columns of every token's output row are this thread's (caller).
+        unsafe { super::super::store_summed(&f[..sets], out, out_stride, valid) };
     }
 }

@@ -299,6 +299,32 @@ struct GroupIn {
 
 /// The store mask of the `valid` first lanes.
 #[cfg(target_arch = "x86_64")]
+/// Stores, for each of `T` tokens, the sum over `sets` of its accumulators (`sets[s][t]`, 16
+/// rows each) into the first `valid` columns of its output row (`out + t·out_stride`).
+///
+/// # Safety
+/// AVX-512F present; those columns of the `T` output rows are writable and the caller's.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+#[inline]
+unsafe fn store_summed<const T: usize>(
+    sets: &[[std::arch::x86_64::__m512; T]],
+    out: *mut f32,
+    out_stride: usize,
+    valid: usize,
+) {
+    use std::arch::x86_64::*;
+    let mask = lanes(valid);
+    for t in 0..T {
+        let mut sum = sets[0][t];
+        for s in &sets[1..] {
+            sum = _mm512_add_ps(sum, s[t]);
+        }
+        // SAFETY: the `valid` columns of token t's output row are writable (caller).
+        unsafe { _mm512_mask_storeu_ps(out.add(t * out_stride), mask, sum) };
+    }
+}
+
 fn lanes(valid: usize) -> u16 {
     if valid >= 16 {
         0xFFFF

@@ -61,10 +61,7 @@ mod avx512 {
                 let wb = w.add(b * 544);
                 if pf != 0 {
                     // Streaming the group from memory: ask for the block `pf` bytes ahead.
-                    let ahead = wb.wrapping_add(pf) as *const i8;
-                    for line in 0..9 {
-                        _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(64 * line));
-                    }
+                    crate::simd::prefetch(wb.wrapping_add(pf), 544);
                 }
                 let d = _mm512_cvtph_ps(_mm256_loadu_si256(wb as *const __m256i));
                 let mut q = [_mm512_setzero_si512(); 8];

@@ -38,11 +38,7 @@ mod avx512 {
         while e < nb * 32 {
             if pf != 0 {
                 // Streaming the group from memory: ask for this step's lines `pf` bytes ahead.
-                // SAFETY: prefetching never faults.
-                let ahead = w.wrapping_add(step * e + pf) as *const i8;
-                for line in 0..(step * sets).div_ceil(64) {
-                    _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(64 * line));
-                }
+                crate::simd::prefetch(w.wrapping_add(step * e + pf), step * sets);
             }
             for (s, fs) in f.iter_mut().enumerate().take(sets) {
                 // SAFETY: element e + s < nb·32 (sets divides 32) of the group and of every
@@ -62,14 +58,7 @@ mod avx512 {
             }
             e += sets;
         }
-        let mask = super::super::lanes(valid);
-        for t in 0..T {
-            let mut sum = f[0][t];
-            for fs in f.iter().take(sets).skip(1) {
-                sum = _mm512_add_ps(sum, fs[t]);
-            }
-            // SAFETY: the `valid` columns of token t's output row are this thread's (caller).
-            unsafe { _mm512_mask_storeu_ps(out.add(t * out_stride), mask, sum) };
-        }
+        // SAFETY: the `valid` columns of every token's output row are this thread's (caller).
+        unsafe { super::super::store_summed(&f[..sets], out, out_stride, valid) };
     }
 }
