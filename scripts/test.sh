@@ -3,8 +3,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-echo "== fetch the real model (skipped when cached)"
+echo "== fetch the real models (skipped when cached)"
 scripts/fetch-models.sh >/dev/null
+scripts/fetch-models.sh gemma3 >/dev/null
 
 echo "== cargo fmt --check"
 cargo fmt --all -- --check

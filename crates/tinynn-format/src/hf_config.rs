@@ -32,6 +32,10 @@ pub struct HfRopeScaling {
     pub long_factor: Option<Vec<f64>>,
     /// transformers ≥ 5 keeps the base frequency here (`rope_parameters`).
     pub rope_theta: Option<f64>,
+    /// transformers ≥ 5, models with two kinds of layers (Gemma 3): the settings of the
+    /// global layers and of the sliding-window layers.
+    pub full_attention: Option<Box<HfRopeScaling>>,
+    pub sliding_attention: Option<Box<HfRopeScaling>>,
 }
 
 impl HfRopeScaling {
@@ -66,6 +70,12 @@ pub struct HfConfig {
     pub hidden_act: Option<String>,
     pub hidden_activation: Option<String>,
     pub sliding_window: Option<u64>,
+    /// Gemma 3 (older configs): of every n layers, the last is global.
+    pub sliding_window_pattern: Option<u64>,
+    /// Per layer: `"sliding_attention"` or `"full_attention"`.
+    pub layer_types: Option<Vec<String>>,
+    /// Gemma 3 (transformers < 5): RoPE base of the sliding-window layers.
+    pub rope_local_base_freq: Option<f64>,
     pub query_pre_attn_scalar: Option<f64>,
     pub attn_logit_softcapping: Option<f64>,
     pub final_logit_softcapping: Option<f64>,
@@ -96,15 +106,33 @@ impl HfConfig {
         HfConfig::from_json(&text).map_err(|e| Error::json(path, &e))
     }
 
-    /// RoPE's base frequency, wherever the config keeps it.
-    pub fn rope_theta(&self) -> Option<f64> {
-        self.rope_theta
-            .or_else(|| self.rope_parameters.as_ref().and_then(|p| p.rope_theta))
+    /// `rope_parameters`, or its global layers' part when it has one per layer type.
+    fn rope_parameters_global(&self) -> Option<&HfRopeScaling> {
+        let p = self.rope_parameters.as_ref()?;
+        Some(p.full_attention.as_deref().unwrap_or(p))
     }
 
-    /// RoPE scaling settings, wherever the config keeps them.
+    /// RoPE's base frequency (of the global layers), wherever the config keeps it.
+    pub fn rope_theta(&self) -> Option<f64> {
+        self.rope_theta
+            .or_else(|| self.rope_parameters_global().and_then(|p| p.rope_theta))
+    }
+
+    /// RoPE's base frequency of the sliding-window layers, when `rope_parameters` has one.
+    pub fn rope_theta_swa(&self) -> Option<f64> {
+        let p = self
+            .rope_parameters
+            .as_ref()?
+            .sliding_attention
+            .as_deref()?;
+        p.rope_theta
+    }
+
+    /// RoPE scaling settings (of the global layers), wherever the config keeps them.
     pub fn rope_scaling(&self) -> Option<&HfRopeScaling> {
-        self.rope_scaling.as_ref().or(self.rope_parameters.as_ref())
+        self.rope_scaling
+            .as_ref()
+            .or_else(|| self.rope_parameters_global())
     }
 
     /// The weights' dtype as the config states it (`torch_dtype`, or `dtype` in newer files).

@@ -120,6 +120,38 @@ pub struct ModelConfig {
     pub rope_freq_base: Option<f64>,
     pub rope_scaling: RopeScaling,
     pub tie_word_embeddings: Option<bool>,
+    /// Sliding-window attention, per-layer RoPE bases and logit soft-capping (Gemma,
+    /// Mistral, Phi-3); all `None` for plain causal attention.
+    pub attn: AttentionExtras,
+}
+
+/// Which layers of a model with a sliding window use it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SwaPattern {
+    /// Of every `n` layers the first `n − 1` use the window and the last attends to the whole
+    /// context (llama.cpp's `sliding_window_pattern` integer; 1: no layer uses it).
+    Period(u64),
+    /// Per layer: true where the layer uses the window.
+    Layers(Vec<bool>),
+}
+
+/// Attention settings past plain causal attention, as the file states them; an architecture
+/// supplies its own defaults for what is missing.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct AttentionExtras {
+    /// Tokens a sliding-window layer sees: itself and the `window − 1` before it.
+    pub sliding_window: Option<u64>,
+    /// Which layers use the window.
+    pub swa_pattern: Option<SwaPattern>,
+    /// RoPE base frequency of the sliding-window layers (Gemma 3's local layers).
+    pub rope_freq_base_swa: Option<f64>,
+    /// Queries are scaled by `1/sqrt(query_pre_attn_scalar)` instead of `1/sqrt(head_dim)`.
+    pub query_pre_attn_scalar: Option<f64>,
+    /// Attention scores become `cap·tanh(s/cap)` (Gemma 2).
+    pub attn_logit_softcap: Option<f64>,
+    /// Logits become `cap·tanh(l/cap)` (Gemma 2).
+    pub final_logit_softcap: Option<f64>,
 }
 
 /// Why a config could not be built.
@@ -146,6 +178,8 @@ pub const MAX_LAYERS: u64 = 4096;
 pub const MAX_WIDTH: u64 = 1 << 20;
 /// Largest head count and head dimension.
 pub const MAX_HEAD: u64 = 1 << 14;
+/// Longest context (and sliding window) a config may state.
+pub const MAX_CONTEXT: u64 = 1 << 30;
 /// Largest vocabulary (token ids are below 2^31).
 pub const MAX_VOCAB: u64 = (1 << 31) - 1;
 
@@ -253,6 +287,7 @@ fn check_limits(c: &ModelConfig) -> Result<(), ConfigError> {
         _ => Ok(()),
     };
     positive("norm epsilon", c.norm_eps, true)?;
+    check_attention_extras(c)?;
     positive("RoPE frequency base", c.rope_freq_base, false)?;
     let factor = match c.rope_scaling {
         RopeScaling::Linear { factor }
@@ -261,6 +296,94 @@ fn check_limits(c: &ModelConfig) -> Result<(), ConfigError> {
         _ => None,
     };
     positive("RoPE scaling factor", factor, false)
+}
+
+/// The window at least 1 and at most [`MAX_CONTEXT`], a period at least 1, a layer list
+/// of one flag per layer, and the floats finite and positive.
+fn check_attention_extras(c: &ModelConfig) -> Result<(), ConfigError> {
+    let a = &c.attn;
+    let invalid = |field: &str, value: String, why| ConfigError::Invalid {
+        field: field.into(),
+        value,
+        why,
+    };
+    if let Some(w) = a.sliding_window {
+        if w == 0 {
+            return Err(invalid("sliding window", "0".into(), "must be at least 1"));
+        }
+        if w > MAX_CONTEXT {
+            return Err(ConfigError::TooLarge {
+                field: "sliding window".into(),
+                value: w,
+                max: MAX_CONTEXT,
+            });
+        }
+    }
+    match &a.swa_pattern {
+        Some(SwaPattern::Period(0)) => {
+            return Err(invalid(
+                "sliding window pattern",
+                "0".into(),
+                "must be at least 1",
+            ))
+        }
+        Some(SwaPattern::Layers(l)) if l.len() as u64 != c.n_layer => {
+            return Err(invalid(
+                "sliding window pattern",
+                format!("{} flags", l.len()),
+                "must give one flag per block",
+            ))
+        }
+        _ => {}
+    }
+    for (field, v) in [
+        ("sliding-window RoPE frequency base", a.rope_freq_base_swa),
+        ("query_pre_attn_scalar", a.query_pre_attn_scalar),
+        ("attention logit softcap", a.attn_logit_softcap),
+        ("final logit softcap", a.final_logit_softcap),
+    ] {
+        if let Some(x) = v {
+            if !x.is_finite() || x <= 0.0 {
+                return Err(invalid(field, x.to_string(), "must be finite and positive"));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// `{arch}.attention.sliding_window_pattern`: a period (integer) or a flag per layer.
+fn gguf_swa_pattern(g: &Gguf) -> Result<Option<SwaPattern>, ConfigError> {
+    use crate::gguf::{Array, Value};
+    Ok(match g.get(Key::SlidingWindowPattern) {
+        None => None,
+        Some(Value::Array(Array::Bool(flags))) => Some(SwaPattern::Layers(flags.clone())),
+        Some(_) => g
+            .get_u64(Key::SlidingWindowPattern)?
+            .map(SwaPattern::Period),
+    })
+}
+
+/// HF `layer_types` (`"sliding_attention"` / `"full_attention"` per layer) or
+/// `sliding_window_pattern` (a period).
+fn hf_swa_pattern(c: &HfConfig) -> Result<Option<SwaPattern>, ConfigError> {
+    if let Some(types) = &c.layer_types {
+        let mut flags = Vec::with_capacity(types.len().min(MAX_LAYERS as usize));
+        for t in types {
+            flags.push(match t.as_str() {
+                "sliding_attention" => true,
+                "full_attention" => false,
+                other => {
+                    return Err(ConfigError::Invalid {
+                        field: "layer_types".into(),
+                        value: format!("{other:?}"),
+                        why: "is not \"sliding_attention\" or \"full_attention\"",
+                    })
+                }
+            });
+        }
+        return Ok(Some(SwaPattern::Layers(flags)));
+    }
+    Ok(c.sliding_window_pattern.map(SwaPattern::Period))
 }
 
 impl ModelConfig {
@@ -311,6 +434,14 @@ impl ModelConfig {
             rope_freq_base: g.get_f64(Key::RopeFreqBase)?,
             rope_scaling,
             tie_word_embeddings: Some(!has_output && g.tensor_info("token_embd.weight").is_some()),
+            attn: AttentionExtras {
+                sliding_window: g.get_u64(Key::SlidingWindow)?,
+                swa_pattern: gguf_swa_pattern(g)?,
+                rope_freq_base_swa: g.get_f64(Key::RopeFreqBaseSwa)?,
+                query_pre_attn_scalar: None,
+                attn_logit_softcap: g.get_f64(Key::AttnLogitSoftcapping)?,
+                final_logit_softcap: g.get_f64(Key::FinalLogitSoftcapping)?,
+            },
         };
         let config = assemble(config, g.get_u64(Key::KeyLength)?)?;
         // A file with blocks must hold its last one (a vocabulary-only file holds none).
@@ -384,6 +515,14 @@ impl ModelConfig {
             },
             rope_scaling,
             tie_word_embeddings: Some(c.tie_word_embeddings.unwrap_or(gpt2)),
+            attn: AttentionExtras {
+                sliding_window: c.sliding_window,
+                swa_pattern: hf_swa_pattern(c)?,
+                rope_freq_base_swa: c.rope_local_base_freq.or_else(|| c.rope_theta_swa()),
+                query_pre_attn_scalar: c.query_pre_attn_scalar,
+                attn_logit_softcap: c.attn_logit_softcapping,
+                final_logit_softcap: c.final_logit_softcapping,
+            },
         };
         let mut config = assemble(config, c.head_dim)?;
         if !gpt2 {

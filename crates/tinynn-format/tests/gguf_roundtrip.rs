@@ -194,3 +194,56 @@ fn open_errors_name_the_file() {
         "{msg}"
     );
 }
+
+/// Gemma-style attention keys: the sliding window, its pattern as a period or one flag per
+/// layer, the window layers' RoPE base and the soft-caps; a pattern of the wrong length is
+/// refused naming the key.
+#[test]
+fn attention_extras_are_read_from_gguf() {
+    use tinynn_format::model_config::{ModelConfig, SwaPattern};
+    let file = |pattern: Option<Value>| {
+        let mut w = GgufWriter::new();
+        w.set_str("general.architecture", "gemma2");
+        for (k, v) in [
+            (Key::EmbeddingLength, 8),
+            (Key::BlockCount, 3),
+            (Key::HeadCount, 2),
+            (Key::FeedForwardLength, 16),
+            (Key::SlidingWindow, 64),
+        ] {
+            w.set_key(k, Value::U32(v)).unwrap();
+        }
+        w.set_key(Key::RopeFreqBaseSwa, Value::F32(1e4)).unwrap();
+        w.set_key(Key::AttnLogitSoftcapping, Value::F32(50.0))
+            .unwrap();
+        w.set_key(Key::FinalLogitSoftcapping, Value::F32(30.0))
+            .unwrap();
+        if let Some(p) = pattern {
+            w.set_key(Key::SlidingWindowPattern, p).unwrap();
+        }
+        let mut bytes = Vec::new();
+        w.write_to(&mut bytes).unwrap();
+        ModelConfig::from_gguf(&Gguf::parse(&bytes).unwrap())
+    };
+    let c = file(None).unwrap();
+    assert_eq!(c.attn.sliding_window, Some(64));
+    assert_eq!(c.attn.swa_pattern, None);
+    assert_eq!(c.attn.rope_freq_base_swa, Some(1e4));
+    assert_eq!(
+        (c.attn.attn_logit_softcap, c.attn.final_logit_softcap),
+        (Some(50.0), Some(30.0))
+    );
+    let c = file(Some(Value::U32(2))).unwrap();
+    assert_eq!(c.attn.swa_pattern, Some(SwaPattern::Period(2)));
+    let flags = vec![true, false, true];
+    let c = file(Some(Value::Array(Array::Bool(flags.clone())))).unwrap();
+    assert_eq!(c.attn.swa_pattern, Some(SwaPattern::Layers(flags)));
+    let e = file(Some(Value::Array(Array::Bool(vec![true]))))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("sliding window pattern is 1 flags"), "{e}");
+    let e = file(Some(Value::String(GgufString::from("x"))))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("gemma2.attention.sliding_window_pattern"), "{e}");
+}

@@ -4,7 +4,7 @@ use std::path::Path;
 
 use serde_json::json;
 use tinynn_format::hf_config::HfConfig;
-use tinynn_format::model_config::{Architecture, ModelConfig, RopeScaling};
+use tinynn_format::model_config::{Architecture, ModelConfig, RopeScaling, SwaPattern};
 use tinynn_format::model_dir::HfModelDir;
 use tinynn_format::safetensors::{Dtype, SafetensorsFile, SafetensorsHeader};
 use tinynn_format::Error;
@@ -156,6 +156,38 @@ fn other_families_parse() {
         "final_logit_softcapping": 30.0, "attn_logit_softcapping": 50.0, "query_pre_attn_scalar": 256});
     let m = ModelConfig::from_hf(&serde_json::from_value(gemma).unwrap()).unwrap();
     assert_eq!((m.architecture, m.head_dim), (Architecture::Gemma2, 256));
+    assert_eq!(
+        (m.attn.attn_logit_softcap, m.attn.final_logit_softcap),
+        (Some(50.0), Some(30.0))
+    );
+    assert_eq!(m.attn.query_pre_attn_scalar, Some(256.0));
+
+    // Gemma 3 as transformers >= 5 writes it: per-layer types, RoPE settings per layer type.
+    let gemma3 = json!({"model_type": "gemma3_text", "hidden_size": 640, "num_hidden_layers": 3,
+        "num_attention_heads": 4, "num_key_value_heads": 1, "head_dim": 256, "sliding_window": 512,
+        "layer_types": ["sliding_attention", "sliding_attention", "full_attention"],
+        "rope_parameters": {"full_attention": {"rope_type": "linear", "factor": 8.0, "rope_theta": 1000000.0},
+                            "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0}}});
+    let m = ModelConfig::from_hf(&serde_json::from_value(gemma3).unwrap()).unwrap();
+    assert_eq!(m.architecture, Architecture::Gemma3);
+    assert_eq!(m.rope_freq_base, Some(1_000_000.0));
+    assert!(matches!(m.rope_scaling, RopeScaling::Linear { factor } if factor == 8.0));
+    assert_eq!(m.attn.sliding_window, Some(512));
+    assert_eq!(m.attn.rope_freq_base_swa, Some(10_000.0));
+    assert_eq!(
+        m.attn.swa_pattern,
+        Some(SwaPattern::Layers(vec![true, true, false]))
+    );
+    // ... and as older versions do: a period and a local base.
+    let gemma3_old = json!({"model_type": "gemma3_text", "hidden_size": 640, "num_hidden_layers": 3,
+        "num_attention_heads": 4, "num_key_value_heads": 1, "head_dim": 256, "sliding_window": 512,
+        "sliding_window_pattern": 6, "rope_theta": 1000000.0, "rope_local_base_freq": 10000.0});
+    let m = ModelConfig::from_hf(&serde_json::from_value(gemma3_old).unwrap()).unwrap();
+    assert_eq!(m.attn.swa_pattern, Some(SwaPattern::Period(6)));
+    assert_eq!(
+        (m.rope_freq_base, m.attn.rope_freq_base_swa),
+        (Some(1_000_000.0), Some(10_000.0))
+    );
 
     let gpt2 = json!({"model_type": "gpt2", "n_embd": 768, "n_layer": 12, "n_head": 12,
         "n_positions": 1024, "layer_norm_epsilon": 1e-5, "vocab_size": 50257});
@@ -230,6 +262,27 @@ fn inconsistent_configs_are_errors() {
             "RoPE frequency base is -1: must be finite and positive",
         ),
         (json!({"rms_norm_eps": -1.0}), "norm epsilon is -1"),
+        (json!({"sliding_window": 0}), "sliding window is 0"),
+        (
+            json!({"sliding_window": 1u64 << 40}),
+            "sliding window is 1099511627776: more than the limit",
+        ),
+        (
+            json!({"sliding_window": 8, "layer_types": ["full_attention"]}),
+            "sliding window pattern is 1 flags: must give one flag per block",
+        ),
+        (
+            json!({"sliding_window": 8, "layer_types": ["full_attention", "chunked"]}),
+            "layer_types is \"chunked\"",
+        ),
+        (
+            json!({"final_logit_softcapping": -3.0}),
+            "final logit softcap is -3: must be finite and positive",
+        ),
+        (
+            json!({"query_pre_attn_scalar": 0.0}),
+            "query_pre_attn_scalar is 0",
+        ),
         (
             json!({"rope_scaling": {"rope_type": "linear", "factor": 0.0}}),
             "RoPE scaling factor is 0",

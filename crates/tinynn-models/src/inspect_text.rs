@@ -90,6 +90,11 @@ fn write_report(s: &mut String, r: &Report) -> std::fmt::Result {
             writeln!(s, "  {k:<16}{v}")?;
         }
         writeln!(s, "  {:<16}{:?}", "rope scaling", c.rope_scaling)?;
+        if let Ok(hp) = crate::arch::Hparams::from_config(c, false) {
+            for (k, v) in special_rows(&hp) {
+                writeln!(s, "  {k:<16}{v}")?;
+            }
+        }
     }
     if let Some(e) = &r.config_error {
         writeln!(s, "\nhyperparameters: unavailable ({e})")?;
@@ -138,4 +143,52 @@ fn write_report(s: &mut String, r: &Report) -> std::fmt::Result {
         mib(r.tensor_bytes)
     )?;
     Ok(())
+}
+
+/// The hyperparameters past a plain Llama block that the architecture applies (with its
+/// defaults where the file is silent): sliding window, attention scale, soft-capping.
+fn special_rows(hp: &crate::arch::Hparams) -> Vec<(&'static str, String)> {
+    let mut rows = Vec::new();
+    if let Some(swa) = &hp.swa {
+        let global: Vec<String> = swa
+            .layers
+            .iter()
+            .enumerate()
+            .filter(|(_, &w)| !w)
+            .map(|(l, _)| l.to_string())
+            .collect();
+        let n_window = swa.layers.len() - global.len();
+        let global = match global.is_empty() {
+            true => String::new(),
+            false => format!(" (global: {})", global.join(", ")),
+        };
+        rows.push((
+            "sliding window",
+            format!(
+                "{} tokens on {n_window} of {} blocks{global}",
+                swa.window,
+                swa.layers.len()
+            ),
+        ));
+        if swa.rope.freq_base != hp.rope.freq_base {
+            rows.push(("swa rope base", swa.rope.freq_base.to_string()));
+        }
+    }
+    let plain = 1.0 / (hp.head_dim as f32).sqrt();
+    if (hp.attn_scale - plain).abs() > 1e-7 {
+        rows.push((
+            "attn scale",
+            format!("{} (1/sqrt(head dim) = {plain})", hp.attn_scale),
+        ));
+    }
+    if let Some(e) = hp.embd_scale {
+        rows.push(("embd scale", e.to_string()));
+    }
+    if hp.attn_softcap > 0.0 {
+        rows.push(("attn softcap", hp.attn_softcap.to_string()));
+    }
+    if let Some(f) = hp.final_softcap {
+        rows.push(("logit softcap", f.to_string()));
+    }
+    rows
 }

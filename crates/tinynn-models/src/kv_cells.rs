@@ -161,6 +161,19 @@ impl KvCells {
         c.owners & (1 << seq) != 0 && c.pos as usize <= pos
     }
 
+    /// [`KvCells::visible`], and with a `window` the cell also holds one of the `window`
+    /// positions ending at `pos` (a sliding-window layer's rule: `pos − cell_pos < window`).
+    pub fn visible_within(
+        &self,
+        cell: usize,
+        seq: usize,
+        pos: usize,
+        window: Option<usize>,
+    ) -> bool {
+        self.visible(cell, seq, pos)
+            && window.is_none_or(|w| pos - (self.cells[cell].pos as usize) < w)
+    }
+
     fn refresh_end(&mut self) {
         while self.used_end > 0 && self.cells[self.used_end - 1].owners == 0 {
             self.used_end -= 1;

@@ -632,14 +632,17 @@ impl<B: Backend> Session<B> {
         if let Some(t) = io.out_ids {
             put(t, 0, &mut outs.iter().map(|v| v.to_le_bytes()))?;
         }
-        if let Some(mask) = io.mask {
-            // Row q: 0 where token q may attend to cache row j, -inf elsewhere (rows from
-            // kv_len on are never read).
+        // Row q: 0 where token q may attend to cache row j, -inf elsewhere (rows from kv_len
+        // on are never read); the window layers' mask also hides rows `window` or more
+        // positions back.
+        let window = io.hparams.swa.as_ref().map(|s| s.window);
+        for (mask, window) in [(io.mask, None), (io.mask_swa, window)] {
+            let Some(mask) = mask else { continue };
             let cells = &self.cells;
             for (q, t) in piece.iter().enumerate() {
                 let p = pos[q] as usize;
                 let mut row = (0..kv_len).map(|j| {
-                    let visible = cells.visible(j, t.seq, p);
+                    let visible = cells.visible_within(j, t.seq, p, window);
                     if visible { 0.0f32 } else { f32::NEG_INFINITY }.to_le_bytes()
                 });
                 put(mask, q * n_cells * 4, &mut row)?;

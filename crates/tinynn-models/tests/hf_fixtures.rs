@@ -8,7 +8,8 @@ use tinynn_cpu::ExecOptions;
 use tinynn_models::model::Model;
 use tinynn_models::session::{Session, SessionOptions};
 
-fn check(name: &str) {
+/// The fixture's model, fed tokens and transformers' logits (one row per position).
+fn fixture(name: &str) -> (std::sync::Arc<Model>, Vec<u32>, Vec<Vec<f64>>) {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("tests/fixtures")
         .join(name);
@@ -33,21 +34,13 @@ fn check(name: &str) {
                 .collect()
         })
         .collect();
-    let opts = ExecOptions {
-        strict: true,
-        ..ExecOptions::default()
-    };
-    let so = SessionOptions {
-        n_ctx: 32,
-        exec: opts,
-        all_logits: true,
-        ..SessionOptions::default()
-    };
-    let mut s = Session::with_options(model, so).unwrap();
-    s.eval_batch(&tokens).unwrap();
-    let got = s.all_logits();
+    (model, tokens, want)
+}
+
+/// The largest difference of logits `got` (rows of n_vocab) from `want`.
+fn worst_diff(name: &str, got: &[f32], want: &[Vec<f64>]) -> f64 {
     let n_vocab = want[0].len();
-    assert_eq!(got.len(), tokens.len() * n_vocab);
+    assert_eq!(got.len(), want.len() * n_vocab);
     let mut worst = 0f64;
     for (i, row) in want.iter().enumerate() {
         for (j, &w) in row.iter().enumerate() {
@@ -56,8 +49,98 @@ fn check(name: &str) {
             worst = worst.max((g - w).abs());
         }
     }
+    worst
+}
+
+fn strict() -> ExecOptions {
+    ExecOptions {
+        strict: true,
+        ..ExecOptions::default()
+    }
+}
+
+fn check(name: &str) {
+    let (model, tokens, want) = fixture(name);
+    let opts = strict();
+    let so = SessionOptions {
+        n_ctx: 32,
+        exec: opts,
+        all_logits: true,
+        ..SessionOptions::default()
+    };
+    let mut s = Session::with_options(model, so).unwrap();
+    s.eval_batch(&tokens).unwrap();
+    let worst = worst_diff(name, s.all_logits(), &want);
     eprintln!("{name}: largest logit difference from transformers {worst:.2e}");
     assert!(worst <= 1e-4, "{name}: {worst}");
+}
+
+/// The fixture's tokens decoded one at a time through the KV cache (a lone token's sliding
+/// window hides old rows too): every position's logits still match transformers'.
+fn check_decode(name: &str) {
+    let (model, tokens, want) = fixture(name);
+    let mut s = Session::new(model, 32, strict()).unwrap();
+    let mut got = Vec::new();
+    for &t in &tokens {
+        got.extend_from_slice(s.eval(t).unwrap());
+    }
+    let worst = worst_diff(name, &got, &want);
+    eprintln!("{name}: one token at a time, largest logit difference {worst:.2e}");
+    assert!(worst <= 1e-4, "{name}: {worst}");
+}
+
+/// Three sequences of the fixture in one cache, decoded together a token of each per run,
+/// each starting at a different offset of the tokens: each sequence's logits are its
+/// logits decoded alone.
+fn check_batched(name: &str) {
+    use tinynn_models::session::BatchToken;
+    let (model, tokens, _) = fixture(name);
+    let starts = [0usize, 3, 7];
+    let alone: Vec<Vec<f32>> = starts
+        .iter()
+        .map(|&k| {
+            let mut s = Session::new(model.clone(), 32, strict()).unwrap();
+            let mut out = Vec::new();
+            for &t in &tokens[k..] {
+                out.extend_from_slice(s.eval(t).unwrap());
+            }
+            out
+        })
+        .collect();
+    let so = SessionOptions {
+        n_ctx: 64,
+        n_seq: starts.len(),
+        exec: strict(),
+        ..SessionOptions::default()
+    };
+    let mut s = Session::with_options(model, so).unwrap();
+    let mut together = vec![Vec::new(); starts.len()];
+    for step in 0..tokens.len() {
+        let batch: Vec<BatchToken> = starts
+            .iter()
+            .enumerate()
+            .filter_map(|(seq, &k)| {
+                tokens.get(k + step).map(|&token| BatchToken {
+                    token,
+                    seq,
+                    logits: true,
+                })
+            })
+            .collect();
+        s.decode(&batch).unwrap();
+        for (i, b) in batch.iter().enumerate() {
+            together[b.seq].extend_from_slice(s.output(i));
+        }
+    }
+    for (seq, (a, t)) in alone.iter().zip(&together).enumerate() {
+        let worst = a
+            .iter()
+            .zip(t)
+            .map(|(x, y)| (x - y).abs())
+            .fold(0f32, f32::max);
+        assert_eq!(a.len(), t.len());
+        assert!(worst <= 1e-5, "{name}: sequence {seq} differs by {worst}");
+    }
 }
 
 #[test]
@@ -123,4 +206,25 @@ fn hf_tokenizer_json() {
 #[test]
 fn tiny_llama_yarn_matches_transformers() {
     check("tiny-llama-yarn");
+}
+
+#[test]
+fn tiny_gemma_matches_transformers() {
+    check("tiny-gemma");
+}
+
+/// Soft-capped attention and logits, a 4-token window on every other layer.
+#[test]
+fn tiny_gemma2_matches_transformers() {
+    check("tiny-gemma2");
+    check_decode("tiny-gemma2");
+    check_batched("tiny-gemma2");
+}
+
+/// q/k norms, two window layers with their own RoPE base, then a global layer.
+#[test]
+fn tiny_gemma3_matches_transformers() {
+    check("tiny-gemma3");
+    check_decode("tiny-gemma3");
+    check_batched("tiny-gemma3");
 }

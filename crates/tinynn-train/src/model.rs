@@ -11,7 +11,7 @@
 use tinynn_core::graph::Graph;
 use tinynn_core::tensor::TensorId;
 use tinynn_format::GgmlType;
-use tinynn_models::arch::{trunk, Arch, LlamaHparams};
+use tinynn_models::arch::{self, trunk, Arch, Hparams};
 use tinynn_models::common::{Attention, AttnMode, RopeInputs};
 
 use crate::error::{Result, TrainError};
@@ -41,6 +41,9 @@ pub struct TrainForward {
     pub pos: TensorId,
     /// F32 `[seq, seq]`: 0 where query i may see key j (j ≤ i), -inf elsewhere; written once.
     pub mask: TensorId,
+    /// F32 `[seq, seq]`: the sliding-window layers' mask (j ≤ i < j + window), when the model
+    /// has such layers; written once.
+    pub mask_swa: Option<TensorId>,
     /// F32 `[n_dims/2]` RoPE frequency divisors (Llama 3 scaling), written once.
     pub freqs: Option<TensorId>,
     /// F32 `[1]`: how many positions are scored (labels in `0..n_vocab`), written with the
@@ -113,11 +116,14 @@ pub struct LoraGraph {
     pub dropout: f32,
 }
 
-/// The causal mask of one sequence (`TrainForward::mask`'s values).
-pub fn causal_mask(seq: usize) -> Vec<f32> {
+/// The causal mask of one sequence (`TrainForward::mask`'s values); with a `window`, keys
+/// `window` or more positions back are hidden too (`TrainForward::mask_swa`'s).
+pub fn causal_mask(seq: usize, window: Option<usize>) -> Vec<f32> {
     (0..seq * seq)
         .map(|i| {
-            if i % seq > i / seq {
+            let (query, key) = (i / seq, i % seq);
+            let hidden = key > query || window.is_some_and(|w| query - key >= w);
+            if hidden {
                 f32::NEG_INFINITY
             } else {
                 0.0
@@ -141,7 +147,7 @@ pub fn positions(shape: BatchShape) -> Vec<i32> {
 pub fn build_forward(
     g: &mut Graph,
     arch: &Arch,
-    hp: &LlamaHparams,
+    hp: &Hparams,
     p: &ParamTable<'_>,
     shape: BatchShape,
     lora: Option<LoraGraph>,
@@ -157,6 +163,10 @@ pub fn build_forward(
     let loss_norm = g.input("loss_norm", GgmlType::F32, &[1])?;
     let pos = g.input("pos", I32, &[n])?;
     let mask = g.input("mask", GgmlType::F32, &[s, s])?;
+    let mask_swa = match hp.swa {
+        Some(_) => Some(g.input("mask_swa", GgmlType::F32, &[s, s])?),
+        None => None,
+    };
     let freqs = match &hp.freq_factors {
         Some(f) => Some(g.input("rope_freqs", GgmlType::F32, &[f.len()])?),
         None => None,
@@ -174,6 +184,7 @@ pub fn build_forward(
             batch: shape.batch,
             seq: s,
             mask,
+            mask_swa,
         },
     };
     let dec = arch.decoder;
@@ -198,7 +209,7 @@ pub fn build_forward(
         let len = chunk.min(n - c0);
         let hc = g.view(h, &[e, len], &[e * 4], c0 * e * 4)?; // [e, len]
         let lc = g.view(labels, &[len], &[], c0 * 4)?;
-        let logits = g.mul_mat(head, hc)?; // [n_vocab, len]
+        let logits = arch::logits(g, hp, head, hc)?; // [n_vocab, len]
         let lossc = g.cross_entropy_loss_normalized(logits, lc, loss_norm)?;
         loss = Some(match loss {
             Some(l) => g.add(l, lossc)?,
@@ -233,6 +244,7 @@ pub fn build_forward(
         labels,
         pos,
         mask,
+        mask_swa,
         freqs,
         loss_norm,
         loss,

@@ -7,7 +7,7 @@
 //! embedding included) ~ normal(0, 0.02), biases 0, RMSNorm weights 1.
 
 use tinynn_core::quant::dequantize_row;
-use tinynn_models::arch::{declare, Arch, LlamaHparams};
+use tinynn_models::arch::{declare, Arch, Hparams};
 use tinynn_models::weights::{Weight, WeightSource};
 
 use crate::error::{Result, TrainError};
@@ -37,7 +37,7 @@ pub struct ParamSpec {
 /// init.
 pub fn param_specs(
     arch: &Arch,
-    hp: &LlamaHparams,
+    hp: &Hparams,
     has: &dyn Fn(&str) -> tinynn_models::Result<bool>,
 ) -> Result<Vec<ParamSpec>> {
     Ok(declare(arch.decoder, hp, has)?

@@ -15,7 +15,7 @@ use tinynn_core::graph::Graph;
 use tinynn_core::plan::Plan;
 use tinynn_core::tensor::TensorId;
 use tinynn_format::GgmlType;
-use tinynn_models::arch::{Arch, LlamaHparams};
+use tinynn_models::arch::{Arch, Hparams};
 
 use crate::error::{backend_err, Result};
 use crate::model::{
@@ -95,11 +95,24 @@ fn write_constants<B: Backend>(
     backend: &B,
     (mem, plan): (&mut B::Memory, &Plan),
     fwd: &TrainForward,
-    hp: &LlamaHparams,
+    hp: &Hparams,
     shape: BatchShape,
 ) -> Result<()> {
     write_i32(backend, (mem, plan), fwd.pos, &positions(shape))?;
-    write_f32(backend, (mem, plan), fwd.mask, &causal_mask(shape.seq))?;
+    write_f32(
+        backend,
+        (mem, plan),
+        fwd.mask,
+        &causal_mask(shape.seq, None),
+    )?;
+    if let (Some(t), Some(swa)) = (fwd.mask_swa, &hp.swa) {
+        write_f32(
+            backend,
+            (mem, plan),
+            t,
+            &causal_mask(shape.seq, Some(swa.window)),
+        )?;
+    }
     if let (Some(t), Some(f)) = (fwd.freqs, &hp.freq_factors) {
         write_f32(backend, (mem, plan), t, f)?;
     }
@@ -110,7 +123,7 @@ fn write_constants<B: Backend>(
 pub(crate) fn grad_pass<B: Backend>(
     backend: &B,
     arch: &Arch,
-    hp: &LlamaHparams,
+    hp: &Hparams,
     specs: &[ParamSpec],
     frozen: &[Frozen],
     lora: Option<LoraGraph>,
@@ -216,7 +229,7 @@ pub(crate) fn update_pass<B: Backend>(
 pub(crate) fn eval_pass<B: Backend>(
     backend: &B,
     arch: &Arch,
-    hp: &LlamaHparams,
+    hp: &Hparams,
     specs: &[ParamSpec],
     frozen: &[Frozen],
     lora: Option<LoraGraph>,

@@ -3,7 +3,7 @@
 
 use tinynn_format::gguf::Value;
 use tinynn_format::model_config::ModelConfig;
-use tinynn_models::arch::{self, Arch, LlamaHparams};
+use tinynn_models::arch::{self, Arch, Hparams};
 use tinynn_models::weights::WeightSource;
 
 use tinynn_format::GgmlType;
@@ -73,7 +73,7 @@ pub(crate) struct Loaded<'a> {
     pub config: ModelConfig,
     /// The registry entry of the config's architecture (one the trainer takes).
     pub arch: &'static Arch,
-    pub hparams: LlamaHparams,
+    pub hparams: Hparams,
     /// The trainable parameters (the whole model, or the LoRA tensors).
     pub specs: Vec<ParamSpec>,
     pub values: Vec<NamedTensor>,
@@ -163,7 +163,7 @@ fn resolve_full(source: TrainSource<'_>, frozen: bool) -> Result<Loaded<'_>> {
     match source {
         TrainSource::Random { config, seed } => {
             let arch = arch::for_training(&config)?;
-            let hparams = LlamaHparams::from_config(&config, false)?;
+            let hparams = Hparams::from_config(&config, false)?;
             let fresh = |name: &str| Ok(arch.decoder.fresh_has(&config, name));
             let specs = param_specs(arch, &hparams, &fresh)?;
             let values = random_params(&specs, seed);
@@ -182,7 +182,7 @@ fn resolve_full(source: TrainSource<'_>, frozen: bool) -> Result<Loaded<'_>> {
         TrainSource::Model(src) => {
             let config = src.config()?;
             let arch = arch::for_training(&config)?;
-            let mut hparams = LlamaHparams::from_config(&config, src.is_hf())?;
+            let mut hparams = Hparams::from_config(&config, src.is_hf())?;
             let has = |name: &str| Ok(src.get(name)?.is_some());
             let specs = param_specs(arch, &hparams, &has)?;
             let (deferred, frozen) = if frozen {

@@ -12,7 +12,7 @@ use tinynn_core::tensor::TensorId;
 use tinynn_cpu::{ExecOptions, Executor};
 use tinynn_format::gguf::Value;
 use tinynn_format::model_config::ModelConfig;
-use tinynn_models::llama::LlamaHparams;
+use tinynn_models::llama::Hparams;
 
 use crate::error::{backend_err, Result, TrainError};
 use crate::lora::LoraConfig;
@@ -140,7 +140,7 @@ pub struct FrozenSpec {
 pub struct Trainer<B: Backend = Executor> {
     cfg: TrainConfig,
     config: ModelConfig,
-    hparams: LlamaHparams,
+    hparams: Hparams,
     specs: Vec<ParamSpec>,
     pub(crate) frozen: Vec<FrozenSpec>,
     /// Draws the LoRA dropout masks.
@@ -296,7 +296,7 @@ impl<B: Backend> Trainer<B> {
         &self.config
     }
 
-    pub fn hparams(&self) -> &LlamaHparams {
+    pub fn hparams(&self) -> &Hparams {
         &self.hparams
     }
 

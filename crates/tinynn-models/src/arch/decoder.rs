@@ -7,7 +7,7 @@ use tinynn_core::tensor::TensorId;
 use tinynn_format::model_config::ModelConfig;
 use tinynn_format::GgmlType;
 
-use super::hparams::LlamaHparams;
+use super::hparams::{ArchDefaults, Hparams};
 use crate::common::{Attention, AttnMode, Init, Leaves, LoraBranch, RopeInputs};
 use crate::Result;
 
@@ -29,7 +29,7 @@ pub trait Decoder: Sync {
         &self,
         g: &mut Graph,
         lv: &mut dyn Leaves,
-        hp: &LlamaHparams,
+        hp: &Hparams,
         tokens: TensorId,
     ) -> Result<Embedded>;
 
@@ -38,7 +38,7 @@ pub trait Decoder: Sync {
         &self,
         g: &mut Graph,
         lv: &mut dyn Leaves,
-        hp: &LlamaHparams,
+        hp: &Hparams,
         at: &mut Attention<'_>,
         layer: usize,
         x: TensorId,
@@ -49,7 +49,7 @@ pub trait Decoder: Sync {
         &self,
         g: &mut Graph,
         lv: &mut dyn Leaves,
-        hp: &LlamaHparams,
+        hp: &Hparams,
         x: TensorId,
     ) -> Result<TensorId>;
 
@@ -58,13 +58,34 @@ pub trait Decoder: Sync {
         &self,
         g: &mut Graph,
         lv: &mut dyn Leaves,
-        hp: &LlamaHparams,
+        hp: &Hparams,
         table: TensorId,
     ) -> Result<TensorId>;
 
     /// Whether a fresh (randomly initialized) model of config `c` has the optional tensor
     /// `name` (biases, per-head norms, an untied head).
     fn fresh_has(&self, c: &ModelConfig, name: &str) -> bool;
+
+    /// What the architecture assumes where a file is silent (sliding-window pattern,
+    /// embedding scale, attention scale).
+    fn defaults(&self) -> ArchDefaults {
+        ArchDefaults::default()
+    }
+}
+
+/// The logits `[n_vocab, m]` of the final hidden states h `[n_embd, m]` through `head`
+/// (`[n_embd, n_vocab]`), soft-capped when the model asks for it.
+pub fn logits(g: &mut Graph, hp: &Hparams, head: TensorId, h: TensorId) -> Result<TensorId> {
+    let logits = g.mul_mat(head, h)?; // [n_vocab, m]
+    softcap(g, logits, hp.final_softcap)
+}
+
+/// `cap·tanh(x/cap)` when `cap` is set, else x.
+pub fn softcap(g: &mut Graph, x: TensorId, cap: Option<f32>) -> Result<TensorId> {
+    let Some(cap) = cap else { return Ok(x) };
+    let t = g.scale(x, 1.0 / cap)?;
+    let t = g.unary(tinynn_core::ops::Unary::Tanh, t)?;
+    Ok(g.scale(t, cap)?)
 }
 
 /// Embeddings and every block of `dec`: the hidden states `[n_embd, n]` before the final
@@ -73,7 +94,7 @@ pub fn trunk(
     dec: &dyn Decoder,
     g: &mut Graph,
     lv: &mut dyn Leaves,
-    hp: &LlamaHparams,
+    hp: &Hparams,
     at: &mut Attention<'_>,
     tokens: TensorId,
 ) -> Result<Embedded> {
@@ -131,7 +152,7 @@ impl Leaves for Declare<'_> {
 /// built once on a one-token scratch graph to find out, so the list cannot disagree with it.
 pub fn declare(
     dec: &dyn Decoder,
-    hp: &LlamaHparams,
+    hp: &Hparams,
     has: &dyn Fn(&str) -> Result<bool>,
 ) -> Result<Vec<TensorDecl>> {
     let mut g = Graph::new();
@@ -149,6 +170,7 @@ pub fn declare(
             batch: 1,
             seq: 1,
             mask,
+            mask_swa: Some(mask),
         },
     };
     let t = trunk(dec, &mut g, &mut lv, hp, &mut at, tokens)?;

@@ -1,15 +1,27 @@
 //! The numbers a decoder graph needs, derived from a [`ModelConfig`] for a registered
-//! architecture (`super::REGISTRY`).
+//! architecture (`super::REGISTRY`), with the architecture's defaults for what the file leaves
+//! out ([`super::Decoder::defaults`]).
 
 use tinynn_core::ops::{Rope, RopeMode};
-use tinynn_format::model_config::ModelConfig;
+use tinynn_format::model_config::{ModelConfig, SwaPattern};
 
 use crate::common::rope::rope_params;
 use crate::{ModelError, Result};
 
+/// Sliding-window attention: which layers use it and how they rotate.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SlidingWindow {
+    /// A token sees itself and the `window − 1` tokens before it.
+    pub window: usize,
+    /// Per layer: true where the layer uses the window.
+    pub layers: Vec<bool>,
+    /// RoPE of the window layers (Gemma 3 rotates them with a base of its own).
+    pub rope: Rope,
+}
+
 /// The numbers the graph needs, derived from the config.
 #[derive(Clone, Debug, PartialEq)]
-pub struct LlamaHparams {
+pub struct Hparams {
     pub n_embd: usize,
     pub n_layer: usize,
     pub n_head: usize,
@@ -21,14 +33,44 @@ pub struct LlamaHparams {
     pub rope: Rope,
     /// Frequency divisors per rotated pair (Llama 3 scaling), when the config asks for them.
     pub freq_factors: Option<Vec<f32>>,
+    /// Weights as transformers stores them (an HF directory), not as llama.cpp's converter
+    /// rewrites them (permuted q/k rows, Gemma's norm weights stored as `1 + w`).
+    pub hf_layout: bool,
+    /// Attention's score scale (`1/sqrt(head_dim)` unless the model says otherwise).
+    pub attn_scale: f32,
+    /// Attention scores become `cap·tanh(s/cap)` (0: off).
+    pub attn_softcap: f32,
+    /// Logits become `cap·tanh(l/cap)`, when set.
+    pub final_softcap: Option<f32>,
+    /// The embeddings are multiplied by this (Gemma: `sqrt(n_embd)`).
+    pub embd_scale: Option<f32>,
+    /// Sliding-window layers, when the model has any.
+    pub swa: Option<SlidingWindow>,
 }
 
-impl LlamaHparams {
+/// What an architecture assumes where a file is silent.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ArchDefaults {
+    /// The sliding-window period when a window is given without a pattern (0: every layer).
+    pub swa_period: u64,
+    /// RoPE base of the window layers when the file gives none (`None`: the global base).
+    pub rope_freq_base_swa: Option<f64>,
+    /// The embeddings are multiplied by `sqrt(n_embd)`.
+    pub scale_embeddings: bool,
+    /// The architecture has sliding-window layers; when false a window in the config is
+    /// ignored (Qwen2 configs state one they do not use).
+    pub sliding_window: bool,
+    /// Attention's score scale when the config gives no `query_pre_attn_scalar` (`None`:
+    /// `1/sqrt(head_dim)`).
+    pub attn_scale: Option<fn(&ModelConfig) -> f32>,
+}
+
+impl Hparams {
     /// `hf_layout`: weights as transformers stores them (RoPE on halves); GGUF files of
     /// architectures whose q/k rows llama.cpp permutes (`Arch::gguf_qk_permuted`) rotate
     /// adjacent pairs instead. An architecture missing from the registry is
     /// [`ModelError::UnsupportedArchitecture`].
-    pub fn from_config(c: &ModelConfig, hf_layout: bool) -> Result<LlamaHparams> {
+    pub fn from_config(c: &ModelConfig, hf_layout: bool) -> Result<Hparams> {
         let arch = super::of_config(c)?;
         let mode = if arch.gguf_qk_permuted && !hf_layout {
             RopeMode::Normal
@@ -37,17 +79,92 @@ impl LlamaHparams {
         };
         let (rope, freq_factors) = rope_params(c, mode)?;
         let missing = |what: &str| ModelError::Invalid(format!("the model config lacks {what}"));
-        Ok(LlamaHparams {
+        let defaults = arch.decoder.defaults();
+        let head_dim = c.head_dim as usize;
+        let a = &c.attn;
+        let attn_scale = match (a.query_pre_attn_scalar, defaults.attn_scale) {
+            (Some(s), _) => 1.0 / (s as f32).sqrt(),
+            (None, Some(f)) => f(c),
+            (None, None) => 1.0 / (head_dim as f32).sqrt(),
+        };
+        let n_layer = c.n_layer as usize;
+        let window = a.sliding_window.filter(|_| defaults.sliding_window);
+        let swa = match window {
+            None => None,
+            Some(window) => {
+                let layers: Vec<bool> = match &a.swa_pattern {
+                    Some(SwaPattern::Layers(l)) => l.clone(),
+                    Some(SwaPattern::Period(p)) => period_layers(n_layer, *p),
+                    None => period_layers(n_layer, defaults.swa_period),
+                };
+                let mut swa_rope = rope;
+                if let Some(base) = a.rope_freq_base_swa.or(defaults.rope_freq_base_swa) {
+                    // The window layers rotate without the global layers' scaling.
+                    swa_rope = Rope::new(mode, rope.n_dims, base as f32);
+                }
+                // No layer using the window: no window.
+                layers.iter().any(|&l| l).then_some(SlidingWindow {
+                    window: usize::try_from(window).unwrap_or(usize::MAX),
+                    layers,
+                    rope: swa_rope,
+                })
+            }
+        };
+        Ok(Hparams {
             n_embd: c.n_embd as usize,
-            n_layer: c.n_layer as usize,
+            n_layer,
             n_head: c.n_head as usize,
             n_head_kv: c.n_head_kv as usize,
-            head_dim: c.head_dim as usize,
+            head_dim,
             n_ff: c.n_ff.ok_or_else(|| missing("the feed-forward length"))? as usize,
             n_vocab: c.n_vocab.ok_or_else(|| missing("the vocabulary size"))? as usize,
             norm_eps: c.norm_eps.unwrap_or(1e-5) as f32,
             freq_factors,
             rope,
+            hf_layout,
+            attn_scale,
+            attn_softcap: a.attn_logit_softcap.unwrap_or(0.0) as f32,
+            final_softcap: a.final_logit_softcap.map(|x| x as f32),
+            embd_scale: defaults.scale_embeddings.then(|| (c.n_embd as f32).sqrt()),
+            swa,
         })
+    }
+
+    /// Whether layer `l` attends through the sliding window.
+    pub fn is_swa(&self, l: usize) -> bool {
+        self.swa
+            .as_ref()
+            .is_some_and(|s| s.layers.get(l).copied().unwrap_or(false))
+    }
+
+    /// The RoPE of layer `l`.
+    pub fn rope_of(&self, l: usize) -> Rope {
+        match &self.swa {
+            Some(s) if self.is_swa(l) => s.rope,
+            _ => self.rope,
+        }
+    }
+}
+
+/// Layers under a period-`p` pattern: of every `p` layers all but the last use the window
+/// (as llama.cpp's `set_swa_pattern`); 0: every layer does.
+fn period_layers(n_layer: usize, p: u64) -> Vec<bool> {
+    (0..n_layer)
+        .map(|l| p == 0 || (l as u64 % p) < p - 1)
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::period_layers;
+
+    #[test]
+    fn periods_mark_all_but_the_last_layer_of_each() {
+        let six = period_layers(13, 6);
+        let want: Vec<bool> = (0..13).map(|l| l % 6 != 5).collect();
+        assert_eq!(six, want);
+        assert!(period_layers(4, 0).iter().all(|&b| b));
+        assert!(period_layers(4, 1).iter().all(|&b| !b));
+        assert_eq!(period_layers(4, 2), vec![true, false, true, false]);
     }
 }

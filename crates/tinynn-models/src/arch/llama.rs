@@ -17,8 +17,8 @@ use tinynn_core::tensor::TensorId;
 use tinynn_format::model_config::ModelConfig;
 
 use super::decoder::{Decoder, Embedded};
-use super::hparams::LlamaHparams;
-use crate::common::{Attention, Init, Leaves, Mlp, MlpKind, Norm};
+use super::hparams::{ArchDefaults, Hparams};
+use crate::common::{Attention, AttnParams, Init, Leaves, Mlp, MlpKind, Norm};
 use crate::Result;
 
 /// The Llama-family decoder; the flags say which optional tensors a fresh model has (a model
@@ -29,20 +29,31 @@ pub struct Llama {
     pub qkv_bias: bool,
     /// RMSNorm of each head of q and k before RoPE (Qwen3).
     pub qk_norm: bool,
+    /// Every layer attends through the config's sliding window, when it gives one
+    /// (Mistral); otherwise a window in the config is ignored (Qwen2's is unused).
+    pub sliding_window: bool,
 }
 
-/// Llama, SmolLM, Mistral.
+/// Llama, SmolLM.
 pub static LLAMA: Llama = Llama {
     qkv_bias: false,
     qk_norm: false,
+    sliding_window: false,
+};
+pub static MISTRAL: Llama = Llama {
+    qkv_bias: false,
+    qk_norm: false,
+    sliding_window: true,
 };
 pub static QWEN2: Llama = Llama {
     qkv_bias: true,
     qk_norm: false,
+    sliding_window: false,
 };
 pub static QWEN3: Llama = Llama {
     qkv_bias: false,
     qk_norm: true,
+    sliding_window: false,
 };
 
 impl Decoder for Llama {
@@ -50,7 +61,7 @@ impl Decoder for Llama {
         &self,
         g: &mut Graph,
         lv: &mut dyn Leaves,
-        hp: &LlamaHparams,
+        hp: &Hparams,
         tokens: TensorId,
     ) -> Result<Embedded> {
         let dims = [hp.n_embd, hp.n_vocab];
@@ -63,7 +74,7 @@ impl Decoder for Llama {
         &self,
         g: &mut Graph,
         lv: &mut dyn Leaves,
-        hp: &LlamaHparams,
+        hp: &Hparams,
         at: &mut Attention<'_>,
         layer: usize,
         x: TensorId,
@@ -75,7 +86,7 @@ impl Decoder for Llama {
         &self,
         g: &mut Graph,
         lv: &mut dyn Leaves,
-        hp: &LlamaHparams,
+        hp: &Hparams,
         x: TensorId,
     ) -> Result<TensorId> {
         Norm::rms(g, lv, "output_norm.weight", hp.n_embd, hp.norm_eps)?.forward(g, x)
@@ -85,7 +96,7 @@ impl Decoder for Llama {
         &self,
         g: &mut Graph,
         lv: &mut dyn Leaves,
-        hp: &LlamaHparams,
+        hp: &Hparams,
         table: TensorId,
     ) -> Result<TensorId> {
         let dims = [hp.n_embd, hp.n_vocab];
@@ -108,6 +119,13 @@ impl Decoder for Llama {
             _ => false,
         }
     }
+
+    fn defaults(&self) -> ArchDefaults {
+        ArchDefaults {
+            sliding_window: self.sliding_window,
+            ..ArchDefaults::default()
+        }
+    }
 }
 
 /// Block `l`: RMSNorm → GQA attention with RoPE → residual → RMSNorm → SwiGLU → residual.
@@ -116,7 +134,7 @@ impl Decoder for Llama {
 fn block(
     g: &mut Graph,
     lv: &mut dyn Leaves,
-    hp: &LlamaHparams,
+    hp: &Hparams,
     at: &mut Attention<'_>,
     l: usize,
     x: TensorId,
@@ -136,10 +154,10 @@ fn block(
     let q = wq.forward(g, h)?; // [nh·hd, n]
     let k = wk.forward(g, h)?; // [nkv·hd, n]
     let v = wv.forward(g, h)?; // [nkv·hd, n]
-    let q = heads(g, at, hp, q, [hd, nh, n], q_norm)?; // [hd, nh, n]
-    let k = heads(g, at, hp, k, [hd, nkv, n], k_norm)?; // [hd, nkv, n]
-    let scale = 1.0 / (hd as f32).sqrt();
-    let att = at.attend(g, l, (q, k, v), scale)?; // [nh·hd, n]
+    let q = heads(g, at, hp, l, q, [hd, nh, n], q_norm)?; // [hd, nh, n]
+    let k = heads(g, at, hp, l, k, [hd, nkv, n], k_norm)?; // [hd, nkv, n]
+    let params = AttnParams::of_layer(hp, l, hp.attn_scale);
+    let att = at.attend(g, l, (q, k, v), params)?; // [nh·hd, n]
     let o = wo.forward(g, att)?; // [e, n]
     let x = g.add(x, o)?; // [e, n]
 
@@ -151,12 +169,13 @@ fn block(
     Ok(g.add(x, ffn)?) // [e, n]
 }
 
-/// q or k `[heads·hd, n]` as heads `dims` = `[hd, heads, n]`, each normalized (when the model
-/// has the norm) and rotated: `[hd, heads, n]`.
-fn heads(
+/// q or k `[heads·hd, n]` of layer `l` as heads `dims` = `[hd, heads, n]`, each normalized
+/// (when the model has the norm) and rotated with the layer's RoPE: `[hd, heads, n]`.
+pub(crate) fn heads(
     g: &mut Graph,
     at: &Attention<'_>,
-    hp: &LlamaHparams,
+    hp: &Hparams,
+    l: usize,
     t: TensorId,
     dims: [usize; 3],
     norm: Option<Norm>,
@@ -166,7 +185,7 @@ fn heads(
         Some(norm) => norm.forward(g, t)?,
         None => t,
     };
-    at.rope.apply(g, t, hp.rope)
+    at.rope.apply(g, t, hp.rope_of(l))
 }
 
 /// The HF (transformers Llama/Mistral/Qwen2/Qwen3 layout) name of a GGUF tensor name.
@@ -205,7 +224,7 @@ mod tests {
     use tinynn_format::model_config::{Architecture, ModelConfig, RopeScaling};
 
     use super::hf_name;
-    use crate::arch::{by_name, declare, LlamaHparams};
+    use crate::arch::{by_name, declare, Hparams};
     use crate::common::Init;
 
     fn config(architecture: Architecture, tied: bool) -> ModelConfig {
@@ -224,6 +243,7 @@ mod tests {
             rope_freq_base: None,
             rope_scaling: RopeScaling::None,
             tie_word_embeddings: Some(tied),
+            attn: Default::default(),
         }
     }
 
@@ -232,7 +252,7 @@ mod tests {
     fn fresh(arch: &str, architecture: Architecture, tied: bool) -> Vec<(String, Init)> {
         let c = config(architecture, tied);
         let a = by_name(arch).unwrap();
-        let hp = LlamaHparams::from_config(&c, false).unwrap();
+        let hp = Hparams::from_config(&c, false).unwrap();
         let has = |name: &str| Ok(a.decoder.fresh_has(&c, name));
         let d = declare(a.decoder, &hp, &has).unwrap();
         d.into_iter().map(|t| (t.name, t.init)).collect()

@@ -4,16 +4,17 @@
 //! inference and training alike), and whether `tnn quantize` and the trainer take them.
 //!
 //! Everything that needs to know which architectures exist asks here: hyperparameters
-//! ([`LlamaHparams::from_config`]), HF weight names (`crate::weights`), the quantizer
+//! ([`Hparams::from_config`]), HF weight names (`crate::weights`), the quantizer
 //! (`crate::quantize`), the trainer (`tinynn_train`), and the CLI's `tnn train` and
 //! `tnn inspect`.
 
 pub mod decoder;
+pub mod gemma;
 pub mod hparams;
 pub mod llama;
 
-pub use decoder::{declare, trunk, Decoder, Embedded, TensorDecl};
-pub use hparams::LlamaHparams;
+pub use decoder::{declare, logits, softcap, trunk, Decoder, Embedded, TensorDecl};
+pub use hparams::{ArchDefaults, Hparams, SlidingWindow};
 
 use std::borrow::Cow;
 
@@ -72,7 +73,7 @@ pub static REGISTRY: &[Arch] = &[
         hf_model_types: &["mistral"],
         gguf_qk_permuted: true,
         hf_name: llama::hf_name,
-        decoder: &llama::LLAMA,
+        decoder: &llama::MISTRAL,
         quantize: Some(QuantRules {
             class_70b: Class70b::Never,
         }),
@@ -99,6 +100,33 @@ pub static REGISTRY: &[Arch] = &[
             class_70b: Class70b::Never,
         }),
         train: true,
+    },
+    Arch {
+        name: "gemma",
+        hf_model_types: &["gemma"],
+        gguf_qk_permuted: false,
+        hf_name: gemma::hf_name_gemma1,
+        decoder: &gemma::GEMMA,
+        quantize: None,
+        train: false,
+    },
+    Arch {
+        name: "gemma2",
+        hf_model_types: &["gemma2"],
+        gguf_qk_permuted: false,
+        hf_name: gemma::hf_name,
+        decoder: &gemma::GEMMA2,
+        quantize: None,
+        train: false,
+    },
+    Arch {
+        name: "gemma3",
+        hf_model_types: &["gemma3_text", "gemma3"],
+        gguf_qk_permuted: false,
+        hf_name: gemma::hf_name,
+        decoder: &gemma::GEMMA3,
+        quantize: None,
+        train: false,
     },
 ];
 
@@ -165,8 +193,11 @@ mod tests {
             }
             assert!(REGISTRY[..i].iter().all(|b| b.name != a.name));
         }
-        assert_eq!(names(|_| true), "llama, mistral, qwen2, qwen3");
-        assert!(by_name("gemma").is_none());
+        assert_eq!(
+            names(|_| true),
+            "llama, mistral, qwen2, qwen3, gemma, gemma2, gemma3"
+        );
+        assert!(by_name("gpt2").is_none());
     }
 
     #[test]

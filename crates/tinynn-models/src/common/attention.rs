@@ -30,6 +30,8 @@ pub struct KvCache {
     pub kv_len: TensorId,
     /// F32 `[n_cells, n_tokens]`: 0 where token i may attend to cache row j, -inf elsewhere.
     pub mask: Option<TensorId>,
+    /// The same for the sliding-window layers (rows older than the window are -inf too).
+    pub mask_swa: Option<TensorId>,
     /// The persistent caches made so far: K then V of each layer.
     pub caches: Vec<TensorId>,
 }
@@ -45,7 +47,45 @@ pub enum AttnMode<'a> {
         seq: usize,
         /// F32 `[seq, seq]`: 0 where query i may see key j (j ≤ i), -inf elsewhere.
         mask: TensorId,
+        /// The same for the sliding-window layers (j ≤ i < j + window).
+        mask_swa: Option<TensorId>,
     },
+}
+
+/// How one layer attends.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct AttnParams {
+    /// Score scale (`1/sqrt(head_dim)` for most models).
+    pub scale: f32,
+    /// Scores become `softcap·tanh(s/softcap)` (0: off).
+    pub softcap: f32,
+    /// The layer sees only the keys within the model's sliding window.
+    pub sliding: bool,
+}
+
+impl AttnParams {
+    /// Layer `l` of a model of `hp`: its window, the model's softcap, and `scale`.
+    pub fn of_layer(hp: &crate::arch::Hparams, l: usize, scale: f32) -> AttnParams {
+        AttnParams {
+            scale,
+            softcap: hp.attn_softcap,
+            sliding: hp.is_swa(l),
+        }
+    }
+}
+
+/// The sliding-window mask where a layer uses it, else `mask`.
+fn pick_mask(
+    mask: Option<TensorId>,
+    swa: Option<TensorId>,
+    sliding: bool,
+) -> Result<Option<TensorId>> {
+    if !sliding {
+        return Ok(mask);
+    }
+    swa.map(Some).ok_or_else(|| {
+        ModelError::Invalid("a sliding-window layer in a graph without a window mask".into())
+    })
 }
 
 /// What every layer's attention reads besides its own tensors.
@@ -66,8 +106,9 @@ impl Attention<'_> {
         g: &mut Graph,
         layer: usize,
         (q, k, v): (TensorId, TensorId, TensorId),
-        scale: f32,
+        p: AttnParams,
     ) -> Result<TensorId> {
+        let (scale, softcap) = (p.scale, p.softcap);
         let n = self.n_tokens;
         let (hd, nh) = (g.layout(q).ne[0], g.layout(q).ne[1]);
         let nkv = g.layout(k).ne[1];
@@ -89,10 +130,17 @@ impl Attention<'_> {
                 let vview = g.view(v_cache, &[hd, n_ctx, nkv], &[hd * elem, head_stride], 0)?;
                 // q as [hd, n, nh]; the result over cache rows 0..kv_len is [hd, nh, n].
                 let qh = g.permute(q, [0, 2, 1, 3])?;
-                g.flash_attn(qh, kview, vview, kv.mask, Some(kv.kv_len), scale, 0.0)?
+                let mask = pick_mask(kv.mask, kv.mask_swa, p.sliding)?;
+                g.flash_attn(qh, kview, vview, mask, Some(kv.kv_len), scale, softcap)?
             }
-            AttnMode::Full { batch, seq, mask } => {
-                let (batch, seq, mask) = (*batch, *seq, *mask);
+            AttnMode::Full {
+                batch,
+                seq,
+                mask,
+                mask_swa,
+            } => {
+                let (batch, seq) = (*batch, *seq);
+                let mask = pick_mask(Some(*mask), *mask_swa, p.sliding)?;
                 if batch * seq != n {
                     return Err(ModelError::Invalid(format!(
                         "{batch} sequences of {seq} tokens are not the run's {n} tokens"
@@ -108,7 +156,7 @@ impl Attention<'_> {
                 };
                 let (qb, kb, vb) = (per_seq(g, q, nh)?, per_seq(g, k, nkv)?, per_seq(g, v, nkv)?);
                 // Causal, per sequence: [hd, nh, seq, batch].
-                g.flash_attn(qb, kb, vb, Some(mask), None, scale, 0.0)?
+                g.flash_attn(qb, kb, vb, mask, None, scale, softcap)?
             }
         };
         Ok(g.reshape(att, &[nh * hd, n])?)

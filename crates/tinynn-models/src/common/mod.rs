@@ -18,7 +18,7 @@ pub mod mlp;
 pub mod norm;
 pub mod rope;
 
-pub use attention::{Attention, AttnMode, KvCache};
+pub use attention::{Attention, AttnMode, AttnParams, KvCache};
 pub use leaves::{Init, Leaves};
 pub use linear::{Dropout, Linear, LoraBranch};
 pub use mlp::{Mlp, MlpKind};

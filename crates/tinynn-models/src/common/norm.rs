@@ -9,8 +9,10 @@ use crate::Result;
 /// Which normalization.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum NormKind {
-    /// `x / rms(x)` (Llama, Qwen, Mistral, Gemma).
+    /// `x / rms(x)` (Llama, Qwen, Mistral; Gemma's GGUF files, which store `1 + w`).
     Rms,
+    /// `x / rms(x)` times `1 + w` (Gemma as transformers stores it).
+    RmsPlusOne,
     /// `(x − mean) / std` (GPT-2).
     Layer,
 }
@@ -32,6 +34,28 @@ impl Norm {
         let weight = lv.tensor(g, name, &[n], Init::Ones)?;
         Ok(Norm {
             kind: NormKind::Rms,
+            eps,
+            weight,
+            bias: None,
+        })
+    }
+
+    /// RMSNorm with weight `name` (`[n]`) applied as `1 + w` when `plus_one` (Gemma's HF
+    /// weights; a fresh one starts at 0), else as [`Norm::rms`].
+    pub fn rms_gemma(
+        g: &mut Graph,
+        lv: &mut dyn Leaves,
+        name: &str,
+        n: usize,
+        eps: f32,
+        plus_one: bool,
+    ) -> Result<Norm> {
+        if !plus_one {
+            return Norm::rms(g, lv, name, n, eps);
+        }
+        let weight = lv.tensor(g, name, &[n], Init::Zeros)?;
+        Ok(Norm {
+            kind: NormKind::RmsPlusOne,
             eps,
             weight,
             bias: None,
@@ -86,6 +110,11 @@ impl Norm {
                     Some(b) => g.add(h, b)?,
                     None => h,
                 })
+            }
+            NormKind::RmsPlusOne => {
+                let h = g.rms_norm(x, self.eps)?;
+                let hw = g.mul(h, self.weight)?;
+                Ok(g.add(hw, h)?)
             }
             NormKind::Layer => Ok(g.layer_norm(x, self.eps, Some(self.weight), self.bias)?),
         }

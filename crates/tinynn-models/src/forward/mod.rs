@@ -15,7 +15,7 @@ use tinynn_core::tensor::TensorId;
 use tinynn_format::model_config::ModelConfig;
 use tinynn_format::GgmlType;
 
-use crate::arch::{self, trunk, LlamaHparams};
+use crate::arch::{self, trunk, Hparams};
 use crate::common::{Attention, AttnMode, Init, KvCache, Leaves, RopeInputs};
 use crate::lora::AppliedLora;
 use crate::weights::WeightSource;
@@ -59,7 +59,7 @@ impl GraphSpec {
 /// A forward graph and the tensors a session feeds and reads.
 pub struct ForwardGraph {
     pub graph: Graph,
-    pub hparams: LlamaHparams,
+    pub hparams: Hparams,
     pub spec: GraphSpec,
     /// I32 `[n_tokens]`: the tokens to run.
     pub tokens: TensorId,
@@ -73,6 +73,9 @@ pub struct ForwardGraph {
     /// F32 `[n_cells, n_tokens]`: 0 where token i may attend to cache row j, -inf elsewhere
     /// (absent for a one-token run of an unmasked spec, which attends to every valid row).
     pub mask: Option<TensorId>,
+    /// F32 `[n_cells, n_tokens]`: the sliding-window layers' mask (rows older than the window
+    /// are -inf too); present whenever the model has such layers.
+    pub mask_swa: Option<TensorId>,
     /// I32 `[n_out]`: which tokens' rows are output (only when `n_out < n_tokens`).
     pub out_ids: Option<TensorId>,
     /// The persistent K and V caches, per layer.
@@ -126,7 +129,7 @@ pub fn forward_graph<'a>(
         l.adapter.check_base(&src)?;
     }
     check_cache_type(spec.cache_type)?;
-    let hp = LlamaHparams::from_config(config, src.is_hf())?;
+    let hp = Hparams::from_config(config, src.is_hf())?;
     check_counts(&spec)?;
     let dec = arch::of_config(config)?.decoder;
     let mut g = Graph::new();
@@ -140,10 +143,15 @@ pub fn forward_graph<'a>(
     let pos = g.input("pos", GgmlType::I32, &[n])?;
     let kv_len = g.input("kv_len", GgmlType::I32, &[1])?;
     let kv_rows = g.input("kv_rows", GgmlType::I32, &[hp.n_head_kv * n])?;
-    let mask = if n > 1 || spec.masked {
+    // A window hides old rows even from a lone token, so windowed models always take masks.
+    let mask = if n > 1 || spec.masked || hp.swa.is_some() {
         Some(g.input("mask", GgmlType::F32, &[spec.n_cells, n])?)
     } else {
         None
+    };
+    let mask_swa = match hp.swa {
+        Some(_) => Some(g.input("mask_swa", GgmlType::F32, &[spec.n_cells, n])?),
+        None => None,
     };
     // RoPE frequency divisors: a GGUF tensor (Llama 3 files carry `rope_freqs.weight`), or
     // computed from the config and written by the session.
@@ -164,6 +172,7 @@ pub fn forward_graph<'a>(
         rows: kv_rows,
         kv_len,
         mask,
+        mask_swa,
         caches: Vec::with_capacity(2 * hp.n_layer),
     };
     let mut at = Attention {
@@ -185,7 +194,7 @@ pub fn forward_graph<'a>(
         h
     } else {
         let head = dec.head(&mut g, &mut lv, &hp, t.table)?; // [e, n_vocab]
-        g.mul_mat(head, h)? // [n_vocab, n_out]
+        arch::logits(&mut g, &hp, head, h)? // [n_vocab, n_out]
     };
     g.set_name(output, if spec.hidden { "hidden" } else { "logits" })?;
     g.set_output(output)?;
@@ -198,6 +207,7 @@ pub fn forward_graph<'a>(
         kv_len,
         kv_rows,
         mask,
+        mask_swa,
         out_ids,
         caches: cache.caches,
         freq_input,

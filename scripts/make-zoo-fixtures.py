@@ -1,0 +1,77 @@
+#!/usr/bin/env python3
+"""Tiny random transformers models of the model-zoo architectures and their logits, for
+tinynn's strict-mode reference tests (the Llama family's are made by make-torch-fixtures.py).
+
+    python3 -m venv venv && venv/bin/pip install torch transformers safetensors
+    venv/bin/python scripts/make-zoo-fixtures.py crates/tinynn-models/tests/fixtures
+
+For each config below, writes `<name>/` with config.json and model.safetensors (f32, seeded
+random init) and `<name>/logits.json` with the token ids fed and transformers' f32 logits for
+every position. The sliding windows are shorter than the 14 tokens fed, so they bite.
+"""
+import json
+import os
+import sys
+
+import torch
+from transformers import (Gemma2Config, Gemma2ForCausalLM, Gemma3ForCausalLM, Gemma3TextConfig,
+                          GemmaConfig, GemmaForCausalLM)
+
+out_root = sys.argv[1]
+TOKENS = [1, 17, 42, 5, 63, 8, 31, 2, 40, 11, 26, 9, 300, 257]
+
+common = dict(
+    vocab_size=320,
+    hidden_size=32,
+    intermediate_size=48,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    head_dim=16,
+    max_position_embeddings=128,
+    rms_norm_eps=1e-6,
+    tie_word_embeddings=True,
+    hidden_activation="gelu_pytorch_tanh",
+    torch_dtype="float32",
+)
+
+models = {
+    "tiny-gemma": (GemmaConfig(**{**common, "num_hidden_layers": 2, "rope_theta": 10000.0}),
+                   GemmaForCausalLM),
+    # Soft-capped attention and logits; every other layer in a 4-token window.
+    "tiny-gemma2": (Gemma2Config(**{**common, "num_hidden_layers": 2, "rope_theta": 10000.0,
+                                    "sliding_window": 4, "query_pre_attn_scalar": 16,
+                                    "attn_logit_softcapping": 5.0, "final_logit_softcapping": 3.0,
+                                    "layer_types": ["sliding_attention", "full_attention"]}),
+                    Gemma2ForCausalLM),
+    # q/k norms; two window layers (local RoPE base) then a global one (its own base).
+    "tiny-gemma3": (Gemma3TextConfig(**{**common, "num_hidden_layers": 3, "sliding_window": 4,
+                                        "query_pre_attn_scalar": 16,
+                                        "layer_types": ["sliding_attention", "sliding_attention",
+                                                        "full_attention"],
+                                        "rope_parameters": {
+                                            "full_attention": {"rope_type": "default",
+                                                               "rope_theta": 1000000.0},
+                                            "sliding_attention": {"rope_type": "default",
+                                                                  "rope_theta": 10000.0}}}),
+                    Gemma3ForCausalLM),
+}
+
+for name, (config, cls) in models.items():
+    torch.manual_seed(1234)
+    model = cls(config).eval()
+    # Random init is small; scale weights up so logits are not all near zero. Gemma's norms
+    # multiply by 1 + w, so their w stays around 0.
+    with torch.no_grad():
+        for n, p in model.named_parameters():
+            if "norm" in n:
+                p.uniform_(-0.5, 0.5)
+            else:
+                p.normal_(0.0, 0.2)
+    d = os.path.join(out_root, name)
+    os.makedirs(d, exist_ok=True)
+    model.save_pretrained(d, safe_serialization=True)
+    with torch.no_grad():
+        logits = model(torch.tensor([TOKENS])).logits[0]
+    with open(os.path.join(d, "logits.json"), "w") as f:
+        json.dump({"tokens": TOKENS, "logits": logits.tolist()}, f)
+    print(name, tuple(logits.shape), float(logits.abs().max()))
