@@ -5,7 +5,9 @@
 //!   llama.cpp itself is within 0.1 of its second choice;
 //! - perplexity of the GPL-3 text in 512-token windows is within 1% of llama.cpp's 13.9062;
 //! - sequences decoded together (one past the 512-token sliding window) give the greedy text
-//!   each gets alone.
+//!   each gets alone;
+//! - `tnn quantize`'s per-tensor rules give every tensor of the file the type llama-quantize
+//!   gave it (Q4_K_M: row lengths of 640 fall back to Q5_0 / Q8_0, the tied embedding Q8_0).
 
 use std::sync::Arc;
 
@@ -158,4 +160,25 @@ fn sequences_decoded_together_match_alone() {
         }
     }
     assert_eq!(got, want);
+}
+
+#[test]
+fn quantize_rules_reproduce_llama_quantizes_types() {
+    use tinynn_format::gguf::GgufFile;
+    use tinynn_models::quantize::{plan, Options, Target};
+    let file = GgufFile::open(ensure_model(KnownModel::Gemma3).unwrap()).unwrap();
+    let opts = Options {
+        target: Target::parse("Q4_K_M").unwrap(),
+        allow_requantize: true,
+        threads: 1,
+    };
+    let p = plan(&file, &opts).unwrap();
+    assert_eq!(p.len(), 236);
+    for t in &p {
+        assert_eq!(
+            t.choice.ty, t.from,
+            "{}: llama-quantize chose {}",
+            t.name, t.from
+        );
+    }
 }

@@ -1,6 +1,7 @@
 //! tinynn-train against PyTorch on tiny random models (committed fixtures from
-//! scripts/make-train-fixtures.py): the loss and EVERY parameter gradient of one step within
-//! 1e-4 (per tensor, max|a − b| / max|b|), and 10 AdamW steps' losses within 1e-4 relative.
+//! scripts/make-train-fixtures.py and scripts/make-zoo-train-fixtures.py): the loss and EVERY
+//! parameter gradient of one step within 1e-4 (per tensor, max|a − b| / max|b|), and 10 AdamW
+//! steps' losses within 1e-4 relative.
 //! Normal (multi-threaded, non-strict) mode.
 
 mod common;
@@ -89,4 +90,26 @@ fn llama_ten_adamw_steps_match_pytorch() {
 #[test]
 fn tied_qwen2_ten_adamw_steps_match_pytorch() {
     adamw_losses_match("train-qwen2-tied");
+}
+
+/// Gemma (scripts/make-zoo-train-fixtures.py): embeddings × √d, GeGLU, norms on 1 + w.
+#[test]
+fn gemma_loss_gradients_and_adamw_steps_match_pytorch() {
+    gradients_match("train-gemma", 2, false);
+    adamw_losses_match("train-gemma");
+}
+
+/// Gemma 2: soft-capped attention and logits, a 5-token window on the first layer.
+#[test]
+fn gemma2_loss_gradients_and_adamw_steps_match_pytorch() {
+    gradients_match("train-gemma2", 2, false);
+    adamw_losses_match("train-gemma2");
+}
+
+/// Gemma 3: per-head q/k norms, a window layer with its own RoPE base, then a global one.
+#[test]
+fn gemma3_loss_gradients_and_adamw_steps_match_pytorch() {
+    gradients_match("train-gemma3", 2, false);
+    gradients_match("train-gemma3", 1, true);
+    adamw_losses_match("train-gemma3");
 }

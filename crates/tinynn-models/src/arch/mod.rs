@@ -107,8 +107,10 @@ pub static REGISTRY: &[Arch] = &[
         gguf_qk_permuted: false,
         hf_name: gemma::hf_name_gemma1,
         decoder: &gemma::GEMMA,
-        quantize: None,
-        train: false,
+        quantize: Some(QuantRules {
+            class_70b: Class70b::Never,
+        }),
+        train: true,
     },
     Arch {
         name: "gemma2",
@@ -116,8 +118,10 @@ pub static REGISTRY: &[Arch] = &[
         gguf_qk_permuted: false,
         hf_name: gemma::hf_name,
         decoder: &gemma::GEMMA2,
-        quantize: None,
-        train: false,
+        quantize: Some(QuantRules {
+            class_70b: Class70b::Never,
+        }),
+        train: true,
     },
     Arch {
         name: "gemma3",
@@ -125,8 +129,10 @@ pub static REGISTRY: &[Arch] = &[
         gguf_qk_permuted: false,
         hf_name: gemma::hf_name,
         decoder: &gemma::GEMMA3,
-        quantize: None,
-        train: false,
+        quantize: Some(QuantRules {
+            class_70b: Class70b::Never,
+        }),
+        train: true,
     },
 ];
 

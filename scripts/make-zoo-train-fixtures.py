@@ -1,0 +1,126 @@
+#!/usr/bin/env python3
+"""Tiny random models of the model-zoo architectures with one step's loss and gradients and a
+10-step AdamW loss curve, for tinynn-train's PyTorch parity tests — the same files and rules as
+scripts/make-train-fixtures.py (which makes the Llama family's):
+
+    venv/bin/python scripts/make-zoo-train-fixtures.py crates/tinynn-train/tests/fixtures
+
+For each model writes `<name>/`: config.json + model.safetensors (f32, seeded random init),
+grads.safetensors (the gradient of the mean cross-entropy of the fixed batch with respect to
+every parameter, under GGUF tensor names, PyTorch shapes), and expected.json (ids, labels with
+-100 = not scored, batch, seq, the loss, and the losses of 10 AdamW steps on the same batch:
+lr 1e-3, betas 0.9/0.999, eps 1e-8, weight decay 0.01 on every parameter, no clipping; each
+loss measured before its step's update). The sliding windows are shorter than the sequence.
+"""
+import json
+import os
+import sys
+
+import torch
+import torch.nn.functional as F
+from safetensors.torch import save_file
+from transformers import (Gemma2Config, Gemma2ForCausalLM, Gemma3ForCausalLM, Gemma3TextConfig,
+                          GemmaConfig, GemmaForCausalLM)
+
+out_root = sys.argv[1]
+BATCH, SEQ, VOCAB = 2, 16, 256
+
+common = dict(
+    vocab_size=VOCAB,
+    hidden_size=64,
+    intermediate_size=96,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    head_dim=16,
+    max_position_embeddings=64,
+    rms_norm_eps=1e-6,
+    hidden_activation="gelu_pytorch_tanh",
+    query_pre_attn_scalar=16,
+    sliding_window=5,
+    initializer_range=0.1,
+    tie_word_embeddings=True,
+    torch_dtype="float32",
+)
+gemma1 = {k: v for k, v in common.items() if k not in ("query_pre_attn_scalar", "sliding_window")}
+models = {
+    # Embeddings x sqrt(d), GeGLU, 1 + w norms, no post norms, no window.
+    "train-gemma": (GemmaConfig(**gemma1, num_hidden_layers=2, rope_theta=10000.0), GemmaForCausalLM),
+    # Soft-capped attention and logits; a window layer then a global one.
+    "train-gemma2": (Gemma2Config(**common, num_hidden_layers=2, rope_theta=10000.0,
+                                  attn_logit_softcapping=5.0, final_logit_softcapping=8.0,
+                                  layer_types=["sliding_attention", "full_attention"]),
+                     Gemma2ForCausalLM),
+    # q/k norms; window layers with their own RoPE base.
+    "train-gemma3": (Gemma3TextConfig(**common, num_hidden_layers=2,
+                                      layer_types=["sliding_attention", "full_attention"],
+                                      rope_parameters={
+                                          "full_attention": {"rope_type": "default", "rope_theta": 1000000.0},
+                                          "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0}}),
+                     Gemma3ForCausalLM),
+}
+
+
+def gguf_name(hf, gemma1):
+    fixed = {"model.embed_tokens.weight": "token_embd.weight", "model.norm.weight": "output_norm.weight",
+             "lm_head.weight": "output.weight"}
+    if hf in fixed:
+        return fixed[hf]
+    parts = hf.split(".")  # model.layers.L.<module...>.<kind>
+    layer, module, kind = parts[2], ".".join(parts[3:-1]), parts[-1]
+    table = {"input_layernorm": "attn_norm", "self_attn.q_proj": "attn_q", "self_attn.k_proj": "attn_k",
+             "self_attn.v_proj": "attn_v", "self_attn.o_proj": "attn_output",
+             "self_attn.q_norm": "attn_q_norm", "self_attn.k_norm": "attn_k_norm",
+             "post_attention_layernorm": "post_attention_norm",
+             "pre_feedforward_layernorm": "ffn_norm", "post_feedforward_layernorm": "post_ffw_norm",
+             "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up", "mlp.down_proj": "ffn_down"}
+    if gemma1:  # Gemma's one norm after attention is the feed-forward's input norm
+        table["post_attention_layernorm"] = "ffn_norm"
+    return f"blk.{layer}.{table[module]}.{kind}"
+
+
+def loss_of(model, ids, labels):
+    logits = model(input_ids=ids).logits
+    return F.cross_entropy(logits.reshape(-1, VOCAB), labels.reshape(-1), ignore_index=-100)
+
+
+for name, (config, cls) in models.items():
+    torch.manual_seed(1234)
+    model = cls(config).float().eval()
+    # Gemma's norms multiply by 1 + w and start at w = 0; move them off 0.
+    with torch.no_grad():
+        for n, p in model.named_parameters():
+            if "norm" in n:
+                p.uniform_(-0.5, 0.5)
+    out = os.path.join(out_root, name)
+    os.makedirs(out, exist_ok=True)
+    model.save_pretrained(out, safe_serialization=True)
+    for extra in ("generation_config.json",):
+        if os.path.exists(os.path.join(out, extra)):
+            os.remove(os.path.join(out, extra))
+
+    g = torch.Generator().manual_seed(99)
+    tokens = torch.randint(0, VOCAB, (BATCH, SEQ + 1), generator=g)
+    ids, labels = tokens[:, :-1].contiguous(), tokens[:, 1:].clone()
+    labels[0, :3] = -100  # a few positions not scored
+    labels[1, 7] = -100
+
+    model.zero_grad()
+    loss = loss_of(model, ids, labels)
+    loss.backward()
+    grads = {gguf_name(n, name == "train-gemma"): p.grad.detach().clone().contiguous() for n, p in model.named_parameters()}
+    save_file(grads, os.path.join(out, "grads.safetensors"))
+
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.01)
+    losses = []
+    for _ in range(10):
+        opt.zero_grad()
+        l = loss_of(model, ids, labels)
+        l.backward()
+        opt.step()
+        losses.append(l.item())
+
+    with open(os.path.join(out, "expected.json"), "w") as f:
+        json.dump({"batch": BATCH, "seq": SEQ, "ids": ids.flatten().tolist(),
+                   "labels": labels.flatten().tolist(), "loss": loss.item(), "adamw_losses": losses,
+                   "torch": torch.__version__}, f, indent=1)
+    print(name, loss.item(), losses[-1])
