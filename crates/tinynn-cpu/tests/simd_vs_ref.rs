@@ -176,6 +176,46 @@ fn swiglu_back_matches_its_scalar_formula() {
     }
 }
 
+/// GeGLU's row kernel (16 lanes with a correctly rounded exp, tail scalar) against the f64
+/// value of `0.5·g·(1 + tanh(c·(g + 0.044715·g³)))·u` over gates from −60 to 60 and lengths
+/// around the 16-value chunks: within `2.4e-7·(3 + |z|)` relative, `z = 2c·g·(1 + 0.044715·g²)`
+/// (for negative gates the value is `g·e^{-|z|}`-like, and f32 rounding of z alone moves it by
+/// a few times `|z|` ulps; plus 1e-30 absolute where it underflows).
+#[test]
+fn geglu_matches_gelu_tanh_in_f64() {
+    use tinynn_cpu::simd::vexp::{geglu_one, geglu_slices};
+    let reference = |g: f32, u: f32| {
+        let x = f64::from(g);
+        let c = (2.0 / std::f64::consts::PI).sqrt();
+        // = 0.5·x·(1 + tanh(c·(x + 0.044715·x³))), without its cancellation for x ≪ 0.
+        x / (1.0 + (-2.0 * c * (x + 0.044715 * x * x * x)).exp()) * f64::from(u)
+    };
+    for n in [1usize, 15, 16, 17, 31, 33, 10_007] {
+        let g: Vec<f32> = (0..n)
+            .map(|i| -60.0 + 120.0 * i as f32 / n as f32)
+            .collect();
+        let u: Vec<f32> = (0..n)
+            .map(|i| ((i * 37 % 101) as f32 - 50.0) / 7.0)
+            .collect();
+        let mut out = vec![0f32; n];
+        geglu_slices(&g, &u, &mut out);
+        for i in 0..n {
+            let want = reference(g[i], u[i]);
+            for got in [out[i], geglu_one(g[i], u[i])] {
+                let err = (f64::from(got) - want).abs();
+                let x = f64::from(g[i]);
+                let z = 2.0 * 0.797_884_6 * x * (1.0 + 0.044715 * x * x);
+                assert!(
+                    err <= 2.4e-7 * (3.0 + z.abs()) * want.abs() + 1e-30,
+                    "n {n}, g {} u {}: {got} vs {want}",
+                    g[i],
+                    u[i]
+                );
+            }
+        }
+    }
+}
+
 /// The lane-parallel row maximum equals a plain fold, NaNs ignored, on lengths around its
 /// 16-value chunks.
 #[test]

@@ -159,6 +159,23 @@ unsafe fn binary_row(op: Binary, x: *const f32, y: *const f32, out: *mut f32, n:
 
 pub(crate) fn geglu(a: &StepArgs<'_>, ctx: &Ctx<'_>) {
     let (g, u) = (a.src(0), a.src(1));
+    if !a.strict && g.layout.nb[0] == 4 && u.layout.nb[0] == 4 {
+        let dst = &a.dst;
+        for r in split(dst.layout.n_rows(), ctx.ith, ctx.nth) {
+            let (i1, i2, i3) = row_index(&dst.layout, r);
+            // SAFETY: all three have the output's shape with contiguous F32 rows; row r is
+            // this thread's; in place, each value is read before it is written.
+            unsafe {
+                crate::simd::vexp::geglu_row(
+                    g.row_f32_ptr(i1, i2, i3),
+                    u.row_f32_ptr(i1, i2, i3),
+                    dst.row_f32_ptr(i1, i2, i3),
+                    dst.layout.ne[0],
+                )
+            };
+        }
+        return;
+    }
     // SAFETY: both sources have the output's shape, F32.
     for_my_elements(&a.dst, ctx, |i| unsafe {
         gelu_tanh(g.f32_at(i)) * u.f32_at(i)
