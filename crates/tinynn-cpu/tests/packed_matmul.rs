@@ -1,4 +1,5 @@
-//! Packed weights (16 interleaved rows for the VNNI kernels; Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, F16, BF16, F32): the packed layout's scalar
+//! Packed weights (16 interleaved rows for the VNNI kernels; Q4_0, Q4_1, Q5_0, Q5_1, Q8_0,
+//! Q4_K, Q6_K, F16, BF16, F32): the packed layout's scalar
 //! reference equals the file format's reference dot product, the SIMD kernel equals the packed
 //! reference, and a graph's matrix product gives the same numbers with and without a packed
 //! copy bound, on 1, 2 and 3 threads.
@@ -11,12 +12,14 @@ use tinynn_cpu::packed::{self, PackedWeight, ACT_BLOCK_BYTES};
 use tinynn_cpu::{Executor, Memory};
 use tinynn_format::GgmlType;
 
-const FORMATS: [GgmlType; 8] = [
+const FORMATS: [GgmlType; 10] = [
     GgmlType::Q4_0,
     GgmlType::Q4_1,
     GgmlType::Q5_0,
     GgmlType::Q5_1,
     GgmlType::Q8_0,
+    GgmlType::Q4K,
+    GgmlType::Q6K,
     GgmlType::F16,
     GgmlType::Bf16,
     GgmlType::F32,
@@ -74,8 +77,9 @@ fn reference_dot(ty: GgmlType, k: usize, row: &[u8], act: &[u8]) -> f32 {
                 .collect();
             quant::vec_dot(ty, k, row, &f16).unwrap()
         }
-        // F32's dot type is F32: the packed activations are the values themselves.
-        GgmlType::F32 => quant::vec_dot(ty, k, row, act).unwrap(),
+        // F32's dot type is F32: the packed activations are the values themselves; the K
+        // kinds' is Q8_K, which their packed activations are.
+        GgmlType::F32 | GgmlType::Q4K | GgmlType::Q6K => quant::vec_dot(ty, k, row, act).unwrap(),
         _ => unreachable!(),
     }
 }
@@ -107,7 +111,13 @@ fn close(a: f32, b: f32, scale: f32) -> bool {
 #[test]
 fn packed_reference_and_simd_match_the_format_reference() {
     for ty in FORMATS {
-        for (k, n) in [(32, 1), (96, 16), (576, 37), (160, 48), (64, 7), (320, 33)] {
+        let shapes: &[(usize, usize)] = match ty {
+            GgmlType::Q4K | GgmlType::Q6K => {
+                &[(256, 1), (512, 16), (768, 37), (256, 48), (1024, 33)]
+            }
+            _ => &[(32, 1), (96, 16), (576, 37), (160, 48), (64, 7), (320, 33)],
+        };
+        for &(k, n) in shapes {
             let w = quantized(ty, k, n, 7 + k as u64 + n as u64);
             let p = packed::pack_always(ty, [k, n, 1, 1], &w).unwrap();
             assert_eq!(p.shape(), [k, n]);
@@ -157,8 +167,10 @@ fn pack_refuses_what_it_cannot_pack() {
     assert!(packed::pack_always(GgmlType::Q4_1, [64, 2, 1, 1], &w[1..]).is_none());
     assert!(packed::pack_always(GgmlType::Q4_1, [64, 1, 2, 1], &w).is_none());
     assert!(packed::pack_always(GgmlType::Q4_0, [64, 2, 1, 1], &w[..71]).is_none());
-    assert!(packed::pack_always(GgmlType::Q4K, [256, 1, 1, 1], &[0u8; 144]).is_none());
-    assert!(packed::pack_always(GgmlType::Q6K, [256, 2, 1, 1], &[0u8; 420]).is_none());
+    assert!(packed::pack_always(GgmlType::Q4K, [256, 2, 1, 1], &[0u8; 144]).is_none());
+    assert!(packed::pack_always(GgmlType::Q6K, [256, 2, 1, 1], &[0u8; 419]).is_none());
+    assert!(packed::pack_always(GgmlType::Q4K, [288, 1, 1, 1], &[0u8; 162]).is_none());
+    assert!(packed::pack_always(GgmlType::Q2K, [256, 1, 1, 1], &[0u8; 84]).is_none());
 }
 
 /// One `w · x` through the executor, optionally with a packed copy of `w` bound.
@@ -210,7 +222,12 @@ fn executor_gives_the_same_product_with_a_packed_copy() {
         return;
     }
     for ty in FORMATS.into_iter().filter(|&t| packed::packs(t)) {
-        let (k, n) = (192, 53);
+        let k = if matches!(ty, GgmlType::Q4K | GgmlType::Q6K) {
+            512
+        } else {
+            192
+        };
+        let n = 53;
         let w = quantized(ty, k, n, 3);
         for m in [1usize, 9, 24] {
             let x = noise(k * m, 5 + m as u64);
@@ -270,7 +287,11 @@ fn a_packed_copy_of_another_shape_is_refused() {
 #[test]
 fn unpacking_gives_back_the_file_bytes() {
     for ty in FORMATS {
-        for (k, n) in [(32, 1), (64, 17), (96, 40)] {
+        let shapes: &[(usize, usize)] = match ty {
+            GgmlType::Q4K | GgmlType::Q6K => &[(256, 1), (512, 17), (256, 40)],
+            _ => &[(32, 1), (64, 17), (96, 40)],
+        };
+        for &(k, n) in shapes {
             let bytes = quantized(ty, k, n, 7 + n as u64);
             let p = packed::pack_always(ty, [k, n, 1, 1], &bytes).unwrap();
             let rb = p.row_bytes();

@@ -176,6 +176,44 @@ fn swiglu_back_matches_its_scalar_formula() {
     }
 }
 
+/// The Q8_K activation quantizer equals the reference bit for bit: noise at several
+/// magnitudes, an all-zero block, the largest magnitude twice with opposite signs (the first
+/// one's sign wins), values that round to exact ties, and a block holding a NaN.
+#[test]
+fn q8_k_rows_equal_the_reference() {
+    use tinynn_core::quant;
+    use tinynn_cpu::simd::quantize_q8::q8_k_row;
+    use tinynn_format::GgmlType;
+    let mut blocks: Vec<Vec<f32>> = Vec::new();
+    for (i, scale) in [1e-3f32, 0.7, 3.0, 1e4].into_iter().enumerate() {
+        blocks.push(
+            (0..256)
+                .map(|j| (((j * 7919 + i * 31) % 1001) as f32 / 500.0 - 1.0) * scale)
+                .collect(),
+        );
+    }
+    blocks.push(vec![0.0; 256]);
+    let mut twins: Vec<f32> = (0..256).map(|j| (j % 13) as f32 - 6.0).collect();
+    twins[10] = -9.0;
+    twins[200] = 9.0;
+    blocks.push(twins.clone());
+    twins[10] = 9.0;
+    twins[200] = -9.0;
+    blocks.push(twins);
+    blocks.push((0..256).map(|j| (j as f32 - 128.0) * 0.5).collect());
+    let mut nan: Vec<f32> = (0..256).map(|j| j as f32).collect();
+    nan[77] = f32::NAN;
+    blocks.push(nan);
+    let x: Vec<f32> = blocks.concat();
+    let mut got = vec![0u8; x.len() / 256 * 292];
+    let mut want = got.clone();
+    q8_k_row(&x, &mut got);
+    quant::quantize_activations(GgmlType::Q8K, &x, &mut want).unwrap();
+    for (b, (g, w)) in got.chunks(292).zip(want.chunks(292)).enumerate() {
+        assert_eq!(g, w, "block {b}");
+    }
+}
+
 /// GeGLU's row kernel (16 lanes with a correctly rounded exp, tail scalar) against the f64
 /// value of `0.5·g·(1 + tanh(c·(g + 0.044715·g³)))·u` over gates from −60 to 60 and lengths
 /// around the 16-value chunks: within `2.4e-7·(3 + |z|)` relative, `z = 2c·g·(1 + 0.044715·g²)`

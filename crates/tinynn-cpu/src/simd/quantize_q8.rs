@@ -198,3 +198,61 @@ unsafe fn bf16_avx512(x: &[f32], out: &mut [u8]) -> usize {
     }
     i
 }
+
+/// ggml's Q8_K blocks of `x` (a whole number of 256-value blocks) into `out` (292 bytes a
+/// block), bit for bit as `tinynn_core::quant`'s reference: the scale from the value of
+/// largest magnitude (the first such, with its sign), `q = round_even(−127/max · v)` capped at
+/// 127, the 16-value sums, `d = 1/iscale`. AVX-512 when present; a block with a non-finite
+/// value goes through the reference.
+pub fn q8_k_row(x: &[f32], out: &mut [u8]) {
+    assert!(x.len().is_multiple_of(256) && out.len() == x.len() / 256 * 292);
+    for (xb, ob) in x.chunks_exact(256).zip(out.chunks_exact_mut(292)) {
+        #[cfg(target_arch = "x86_64")]
+        if super::vexp::available() && xb.iter().all(|v| v.is_finite()) {
+            // SAFETY: AVX-512F/BW checked; 256 values and 292 bytes.
+            unsafe { q8_k_block_avx512(xb, ob) };
+            continue;
+        }
+        quant::quantize_activations(GgmlType::Q8K, xb, ob).expect("one whole block");
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bw")]
+unsafe fn q8_k_block_avx512(x: &[f32], out: &mut [u8]) {
+    let sign = _mm512_set1_ps(-0.0);
+    // SAFETY: 16 loads of 16 values within x's 256 (caller).
+    let v: [__m512; 16] =
+        std::array::from_fn(|i| unsafe { _mm512_loadu_ps(x.as_ptr().add(16 * i)) });
+    let mut m = _mm512_setzero_ps();
+    for vi in &v {
+        m = _mm512_max_ps(m, _mm512_andnot_ps(sign, *vi));
+    }
+    let amax = _mm512_reduce_max_ps(m);
+    if amax == 0.0 {
+        out.fill(0);
+        return;
+    }
+    // The first value of that magnitude, with its sign (as the reference's strict `>` scan).
+    let max = x.iter().copied().find(|v| v.abs() == amax).unwrap_or(amax);
+    let iscale = -127.0 / max;
+    let sv = _mm512_set1_ps(iscale);
+    let cap = _mm512_set1_epi32(127);
+    const R: i32 = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
+    for (i, vi) in v.iter().enumerate() {
+        let q = _mm512_min_epi32(
+            _mm512_cvtps_epi32(_mm512_roundscale_ps::<R>(_mm512_mul_ps(*vi, sv))),
+            cap,
+        );
+        let sum = _mm512_reduce_add_epi32(q) as i16;
+        // SAFETY: bytes 4 + 16i .. +16 and the sum's two bytes are inside the 292.
+        unsafe {
+            _mm_storeu_si128(
+                out.as_mut_ptr().add(4 + 16 * i) as *mut __m128i,
+                _mm512_cvtepi32_epi8(q),
+            );
+        }
+        out[260 + 2 * i..][..2].copy_from_slice(&sum.to_le_bytes());
+    }
+    out[0..4].copy_from_slice(&(1.0 / iscale).to_le_bytes());
+}

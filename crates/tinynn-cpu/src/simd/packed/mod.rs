@@ -7,7 +7,12 @@
 //! reuses each unpacked weight register 8 times (the prefill GEMM). Decode (one token) reads
 //! the same layout at memory speed.
 //!
-//! Activations of the quantized kinds are Q8_1 blocks (36 bytes: f16 scale, a 16-bit slot,
+//! The K kinds (Q4_K, Q6_K) keep the file's 256-element super-blocks: the 16 rows' scales
+//! decoded to one byte each, the quants in the same 4-bytes-of-16-rows lanes, and take ggml's
+//! Q8_K activations (one f32 scale per 256 values and the 16-value sums), so they compute what
+//! ggml's `vec_dot_q4_K_q8_K` / `vec_dot_q6_K_q8_K` compute (see `q4_kx16`, `q6_kx16`).
+//!
+//! Activations of the other quantized kinds are Q8_1 blocks (36 bytes: f16 scale, a 16-bit slot,
 //! 32 × i8). For the kinds with a min (Q4_1, Q5_1) the slot is ggml's `s = d·Σq` (f16); for
 //! the kinds whose weights are stored with a bias (Q4_0 `q + 8`, Q5_0 `q + 16`, Q8_0 `q + 128`
 //! as u8, the unsigned operand of `vpdpbusd`) it is the exact i16 `Σq` that removes the bias.
@@ -22,8 +27,10 @@ mod f32x16;
 mod nibbles;
 mod q4_0x16;
 mod q4_1x16;
+mod q4_kx16;
 mod q5_0x16;
 mod q5_1x16;
+mod q6_kx16;
 mod q8_0x16;
 mod wide;
 
@@ -63,8 +70,12 @@ fn prefetch_distance(tokens: usize, first: bool) -> usize {
 pub const GROUP_ROWS: usize = 16;
 /// Bytes of one activation block (Q8_1 layout) of the quantized kinds.
 pub const ACT_BLOCK_BYTES: usize = 36;
-/// Elements of one packed block (of every kind).
+/// Elements of one packed block of the legacy and float kinds (the K kinds': [`SUPER`]).
 const BLOCK: usize = 32;
+/// Elements of one K-kind super-block.
+const SUPER: usize = 256;
+/// Bytes of one Q8_K activation block (f32 d, 256 × i8, 16 × i16 sums).
+pub const Q8K_BLOCK_BYTES: usize = 292;
 
 /// The packed layouts (per 32-element block of a 16-row group).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -85,6 +96,12 @@ pub enum PackKind {
     Bf16x16,
     /// From F32: 32 × (16 rows × f32) = 2048 B.
     F32x16,
+    /// From Q4_K, per 256-element super-block: 16 × f16 d, 16 × f16 dmin, 8 × 16 scales,
+    /// 8 × 16 mins (u8), 32 × (16 rows × 4 nibble bytes) = 2368 B (2304 in the file).
+    Q4Kx16,
+    /// From Q6_K, per super-block: 16 × f16 d, 16 × 16 scales (i8), 64 × (16 rows × 4 bytes
+    /// of q + 32) = 4384 B (3360 in the file).
+    Q6Kx16,
 }
 
 /// How a kind wants its activation rows.
@@ -94,6 +111,8 @@ pub enum ActFormat {
     Q8_1,
     /// Q8_1 blocks with the exact i16 `Σq` in the 16-bit slot.
     Q8_1IntSum,
+    /// ggml's Q8_K blocks (256 values).
+    Q8K,
     /// f32 values rounded to f16 (exactly representable), 4 bytes each.
     F32RoundedF16,
     /// bf16 values, 2 bytes each.
@@ -113,6 +132,8 @@ impl PackKind {
             GgmlType::F16 => Some(PackKind::F16x16),
             GgmlType::Bf16 => Some(PackKind::Bf16x16),
             GgmlType::F32 => Some(PackKind::F32x16),
+            GgmlType::Q4K => Some(PackKind::Q4Kx16),
+            GgmlType::Q6K => Some(PackKind::Q6Kx16),
             _ => None,
         }
     }
@@ -127,6 +148,16 @@ impl PackKind {
             PackKind::Q8_0x16 => 544,
             PackKind::F16x16 | PackKind::Bf16x16 => 1024,
             PackKind::F32x16 => 2048,
+            PackKind::Q4Kx16 => q4_kx16::BLOCK_BYTES,
+            PackKind::Q6Kx16 => q6_kx16::BLOCK_BYTES,
+        }
+    }
+
+    /// Elements of one block.
+    fn block_elems(self) -> usize {
+        match self {
+            PackKind::Q4Kx16 | PackKind::Q6Kx16 => SUPER,
+            _ => BLOCK,
         }
     }
 
@@ -140,6 +171,8 @@ impl PackKind {
             PackKind::Q8_0x16 => 34,
             PackKind::F16x16 | PackKind::Bf16x16 => 64,
             PackKind::F32x16 => 128,
+            PackKind::Q4Kx16 => 144,
+            PackKind::Q6Kx16 => 210,
         }
     }
 
@@ -150,6 +183,7 @@ impl PackKind {
             PackKind::F16x16 => ActFormat::F32RoundedF16,
             PackKind::Bf16x16 => ActFormat::Bf16,
             PackKind::F32x16 => ActFormat::F32,
+            PackKind::Q4Kx16 | PackKind::Q6Kx16 => ActFormat::Q8K,
         }
     }
 
@@ -163,6 +197,8 @@ impl PackKind {
             PackKind::F16x16 => f16x16::pack_block(src, r, dst),
             PackKind::Bf16x16 => bf16x16::pack_block(src, r, dst),
             PackKind::F32x16 => f32x16::pack_block(src, r, dst),
+            PackKind::Q4Kx16 => q4_kx16::pack_block(src, r, dst),
+            PackKind::Q6Kx16 => q6_kx16::pack_block(src, r, dst),
         }
     }
 
@@ -210,6 +246,8 @@ impl PackKind {
                 }
             }
             PackKind::F32x16 => f32x16::unpack_block(src, r, dst),
+            PackKind::Q4Kx16 => q4_kx16::unpack_block(src, r, dst),
+            PackKind::Q6Kx16 => q6_kx16::unpack_block(src, r, dst),
         }
     }
 
@@ -224,6 +262,8 @@ impl PackKind {
             PackKind::F16x16 => f16x16::dot_ref(w, nb, r, x),
             PackKind::Bf16x16 => bf16x16::dot_ref(w, nb, r, x),
             PackKind::F32x16 => f32x16::dot_ref(w, nb, r, x),
+            PackKind::Q4Kx16 => q4_kx16::dot_ref(w, nb, r, x),
+            PackKind::Q6Kx16 => q6_kx16::dot_ref(w, nb, r, x),
         }
     }
 
@@ -274,6 +314,8 @@ impl PackKind {
                 12.. => (wide::tile::<12, true>, 12),
                 _ => pick!(wide::tile, true),
             },
+            PackKind::Q4Kx16 => pick!(q4_kx16::tile),
+            PackKind::Q6Kx16 => pick!(q6_kx16::tile),
         }
     }
 }
@@ -365,14 +407,15 @@ pub fn pack(ty: GgmlType, ne: [usize; 4], bytes: &[u8]) -> Option<PackedWeight> 
 pub fn pack_always(ty: GgmlType, ne: [usize; 4], bytes: &[u8]) -> Option<PackedWeight> {
     let kind = PackKind::of(ty)?;
     let [k, n_rows, n2, n3] = ne;
-    if n2 != 1 || n3 != 1 || k == 0 || n_rows == 0 || !k.is_multiple_of(BLOCK) {
+    let be = kind.block_elems();
+    if n2 != 1 || n3 != 1 || k == 0 || n_rows == 0 || !k.is_multiple_of(be) {
         return None;
     }
     let row_bytes = quant::row_bytes(ty, k).ok()?;
     if bytes.len() != row_bytes.checked_mul(n_rows)? {
         return None;
     }
-    let (nb, bb, sb) = (k / BLOCK, kind.block_bytes(), kind.source_block_bytes());
+    let (nb, bb, sb) = (k / be, kind.block_bytes(), kind.source_block_bytes());
     debug_assert_eq!(nb * sb, row_bytes);
     let n_groups = n_rows.div_ceil(GROUP_ROWS);
     // No packed copy (the file's layout serves) when the memory is refused.
@@ -418,7 +461,12 @@ impl PackedWeight {
 
     /// Bytes of one row in the file's format.
     pub fn row_bytes(&self) -> usize {
-        self.k / BLOCK * self.kind.source_block_bytes()
+        self.n_blocks() * self.kind.source_block_bytes()
+    }
+
+    /// Blocks of a row (32 or 256 elements each, by kind).
+    fn n_blocks(&self) -> usize {
+        self.k / self.kind.block_elems()
     }
 
     /// Writes row `n` back in the file's format (`row_bytes()` bytes into `out`): the bytes
@@ -426,7 +474,7 @@ impl PackedWeight {
     pub fn unpack_row(&self, n: usize, out: &mut [u8]) {
         assert!(n < self.n_rows && out.len() == self.row_bytes());
         let (nb, bb, sb) = (
-            self.k / BLOCK,
+            self.n_blocks(),
             self.kind.block_bytes(),
             self.kind.source_block_bytes(),
         );
@@ -444,10 +492,11 @@ impl PackedWeight {
             return false;
         }
         let (nb, bb, sb) = (
-            self.k / BLOCK,
+            self.n_blocks(),
             self.kind.block_bytes(),
             self.kind.source_block_bytes(),
         );
+        let be = self.kind.block_elems();
         let (g, r) = (n / GROUP_ROWS, n % GROUP_ROWS);
         // Rows up to 4 KiB are unpacked whole and dequantized in one call.
         let mut row = [0u8; 4096];
@@ -458,11 +507,11 @@ impl PackedWeight {
             }
             return quant::dequantize_row(self.source, row, out).is_ok();
         }
-        let mut block = [0u8; 64];
+        let mut block = [0u8; 256];
         for b in 0..nb {
             let src = &self.data.as_bytes()[(g * nb + b) * bb..][..bb];
             self.kind.unpack_block(src, r, &mut block[..sb]);
-            let vals = &mut out[b * BLOCK..][..BLOCK];
+            let vals = &mut out[b * be..][..be];
             if quant::dequantize_row(self.source, &block[..sb], vals).is_err() {
                 return false;
             }
@@ -478,6 +527,7 @@ impl PackedWeight {
     pub fn activation_bytes(&self, n: usize) -> usize {
         match self.kind.activation_format() {
             ActFormat::Q8_1 | ActFormat::Q8_1IntSum => n / BLOCK * ACT_BLOCK_BYTES,
+            ActFormat::Q8K => n / SUPER * Q8K_BLOCK_BYTES,
             ActFormat::F32RoundedF16 | ActFormat::F32 => n * 4,
             ActFormat::Bf16 => n * 2,
         }
@@ -495,6 +545,7 @@ impl PackedWeight {
         match self.kind.activation_format() {
             ActFormat::Q8_1 => quantize_q8::q8_1_row(x, out, false),
             ActFormat::Q8_1IntSum => quantize_q8::q8_1_row(x, out, true),
+            ActFormat::Q8K => quantize_q8::q8_k_row(x, out),
             ActFormat::F32RoundedF16 => quantize_q8::round_f16_row(x, out),
             ActFormat::Bf16 => quantize_q8::bf16_row(x, out),
             ActFormat::F32 => {
@@ -521,7 +572,7 @@ impl PackedWeight {
         out_stride: usize,
         groups: Range<usize>,
     ) {
-        let nb = self.k / BLOCK;
+        let nb = self.n_blocks();
         let gb = nb * self.kind.block_bytes();
         for g in groups {
             let w = &self.data.as_bytes()[g * gb..][..gb];
@@ -593,7 +644,7 @@ impl PackedWeight {
     pub fn matmul_ref(&self, acts: &[u8], m: usize, out: &mut [f32]) {
         assert_eq!(acts.len(), m * self.activation_row_bytes());
         assert_eq!(out.len(), m * self.n_rows);
-        let nb = self.k / BLOCK;
+        let nb = self.n_blocks();
         let gb = nb * self.kind.block_bytes();
         for t in 0..m {
             let x = &acts[t * self.activation_row_bytes()..][..self.activation_row_bytes()];
