@@ -383,7 +383,7 @@ unsafe fn swiglu_avx512(g: *const f32, u: *const f32, out: *mut f32, n: usize) -
     i
 }
 
-/// The scalar formula of [`geglu_row`] for one value: `gelu_tanh(g)·u`, GELU's tanh form
+/// The scalar formula of the GeGLU row kernel for one value: `gelu_tanh(g)·u`, GELU's tanh form
 /// written as `g / (1 + exp(−2·c·(g + 0.044715·g³)))`, `c = sqrt(2/π)` (the same function as
 /// `0.5·g·(1 + tanh(c·(g + 0.044715·g³)))`).
 pub fn geglu_one(g: f32, u: f32) -> f32 {
