@@ -541,3 +541,60 @@ fn a_model_that_fails_to_load_is_reported_by_health() {
     srv.stop().unwrap();
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// Gemma 3 270M (sliding-window layers, a 262k vocabulary) behind the server: a prompt past
+/// the 512-token window is served, then three clients at once get the library's greedy text.
+/// (The long prompt's text is not compared, nor is it run beside the others: a step of 64 or
+/// more query rows takes the blocked f32 attention and a smaller one ggml's f16 arithmetic, so
+/// a text depends on what shares its steps, as in llama.cpp.)
+#[test]
+fn gemma3_clients_get_the_librarys_text() {
+    use tinynn_format::model_cache::{ensure_model, KnownModel};
+    let path = ensure_model(KnownModel::Gemma3).unwrap();
+    let srv = spawn(ServerConfig {
+        model: path.clone(),
+        port: 0,
+        n_ctx: 4096,
+        slots: 4,
+        queue: 8,
+        exec: exec(),
+        ..ServerConfig::default()
+    })
+    .expect("server starts");
+    srv.wait_ready().expect("model loads");
+    let addr = srv.addr();
+    let model = Model::open(&path).unwrap();
+    let prompts = [
+        "The capital of France is",
+        "def fibonacci(n):",
+        "Once upon a time, in a small village,",
+    ];
+    let n = 12;
+    let license = std::fs::read_to_string("/usr/share/common-licenses/GPL-3").unwrap();
+    let long: String = license.chars().take(2600).collect();
+    let ask = |p: &str| {
+        let body = json!({"prompt": p, "max_tokens": n, "temperature": 0});
+        let (status, v) = post(addr, "/v1/completions", &body);
+        assert_eq!(status, 200, "{v}");
+        v
+    };
+    let ask = &ask;
+    // The long prompt first, on its own: a step holding one of its 256-token chunks takes the
+    // blocked attention for every row in it.
+    let long_answer = ask(&long);
+    let texts: Vec<Value> = std::thread::scope(|sc| {
+        let handles: Vec<_> = prompts.iter().map(|p| sc.spawn(move || ask(p))).collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    for (p, v) in prompts.iter().zip(&texts) {
+        let mut s = Session::new(model.clone(), 1024, exec()).unwrap();
+        let opts = GenerateOptions {
+            max_tokens: n,
+            ..GenerateOptions::default()
+        };
+        let want = s.generate_text(p, &opts).unwrap().text().unwrap();
+        assert_eq!(v["choices"][0]["text"], want.as_str(), "prompt {p}");
+    }
+    assert!(long_answer["usage"]["prompt_tokens"].as_u64().unwrap() > 512);
+    assert_eq!(long_answer["usage"]["completion_tokens"], n);
+}
