@@ -277,9 +277,10 @@ fn check_model(r: &Ready, s: &SamplingFields) -> Result<(), ApiError> {
     }
 }
 
-fn check_prompt(r: &Ready, prompt: &[u32]) -> Result<(), ApiError> {
+/// The prompt fits a slot; `param` names the request field it came from.
+fn check_prompt(r: &Ready, prompt: &[u32], param: &'static str) -> Result<(), ApiError> {
     if prompt.is_empty() {
-        return Err(ApiError::bad_request("the prompt is empty", Some("prompt")));
+        return Err(ApiError::bad_request("the prompt is empty", Some(param)));
     }
     if prompt.len() >= r.engine.slot_ctx {
         return Err(ApiError::bad_request(
@@ -288,7 +289,7 @@ fn check_prompt(r: &Ready, prompt: &[u32]) -> Result<(), ApiError> {
                 prompt.len(),
                 r.engine.slot_ctx
             ),
-            Some("messages"),
+            Some(param),
         ));
     }
     Ok(())
@@ -303,8 +304,12 @@ fn job(
     logprobs: Option<usize>,
 ) -> Result<Job, ApiError> {
     check_model(r, s)?;
+    let param = match kind {
+        Kind::Chat => "messages",
+        Kind::Completion => "prompt",
+    };
     for p in &prompts {
-        check_prompt(r, p)?;
+        check_prompt(r, p, param)?;
     }
     let n = api::choices(s)?;
     let vocab = r.n_vocab;

@@ -402,6 +402,14 @@ fn serves_openai_shapes_with_the_librarys_text() {
         msg.contains("512") && msg.contains(&tok.encode(&long, true).unwrap().len().to_string()),
         "{msg}"
     );
+    // The error names the field the prompt came from.
+    assert_eq!(v["error"]["param"], "prompt");
+    let chat = json!({"messages": [{"role": "user", "content": long}]});
+    let (status, v) = post(addr, "/v1/chat/completions", &chat);
+    assert_eq!(
+        (status, v["error"]["param"].as_str()),
+        (400, Some("messages"))
+    );
     let (status, v) = post(
         addr,
         "/v1/completions",
