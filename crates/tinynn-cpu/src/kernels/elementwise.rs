@@ -157,25 +157,38 @@ unsafe fn binary_row(op: Binary, x: *const f32, y: *const f32, out: *mut f32, n:
     }
 }
 
+/// A gated activation `out = act(g)·u` over rows with contiguous F32 values: `row(g, u, out,
+/// n)` on this thread's rows. False (nothing done) when a source's rows are strided.
+fn glu_rows(
+    a: &StepArgs<'_>,
+    ctx: &Ctx<'_>,
+    row: unsafe fn(*const f32, *const f32, *mut f32, usize),
+) -> bool {
+    let (g, u, dst) = (a.src(0), a.src(1), &a.dst);
+    if g.layout.nb[0] != 4 || u.layout.nb[0] != 4 {
+        return false;
+    }
+    for r in split(dst.layout.n_rows(), ctx.ith, ctx.nth) {
+        let (i1, i2, i3) = row_index(&dst.layout, r);
+        // SAFETY: all three have the output's shape with contiguous F32 rows; row r is this
+        // thread's; in place, each value is read before it is written.
+        unsafe {
+            row(
+                g.row_f32_ptr(i1, i2, i3),
+                u.row_f32_ptr(i1, i2, i3),
+                dst.row_f32_ptr(i1, i2, i3),
+                dst.layout.ne[0],
+            )
+        };
+    }
+    true
+}
+
 pub(crate) fn geglu(a: &StepArgs<'_>, ctx: &Ctx<'_>) {
-    let (g, u) = (a.src(0), a.src(1));
-    if !a.strict && g.layout.nb[0] == 4 && u.layout.nb[0] == 4 {
-        let dst = &a.dst;
-        for r in split(dst.layout.n_rows(), ctx.ith, ctx.nth) {
-            let (i1, i2, i3) = row_index(&dst.layout, r);
-            // SAFETY: all three have the output's shape with contiguous F32 rows; row r is
-            // this thread's; in place, each value is read before it is written.
-            unsafe {
-                crate::simd::vexp::geglu_row(
-                    g.row_f32_ptr(i1, i2, i3),
-                    u.row_f32_ptr(i1, i2, i3),
-                    dst.row_f32_ptr(i1, i2, i3),
-                    dst.layout.ne[0],
-                )
-            };
-        }
+    if !a.strict && glu_rows(a, ctx, crate::simd::vexp::geglu_row) {
         return;
     }
+    let (g, u) = (a.src(0), a.src(1));
     // SAFETY: both sources have the output's shape, F32.
     for_my_elements(&a.dst, ctx, |i| unsafe {
         gelu_tanh(g.f32_at(i)) * u.f32_at(i)
@@ -183,24 +196,10 @@ pub(crate) fn geglu(a: &StepArgs<'_>, ctx: &Ctx<'_>) {
 }
 
 pub(crate) fn swiglu(a: &StepArgs<'_>, ctx: &Ctx<'_>) {
-    let (g, u) = (a.src(0), a.src(1));
-    if g.layout.nb[0] == 4 && u.layout.nb[0] == 4 {
-        let dst = &a.dst;
-        for r in split(dst.layout.n_rows(), ctx.ith, ctx.nth) {
-            let (i1, i2, i3) = row_index(&dst.layout, r);
-            // SAFETY: all three have the output's shape with contiguous F32 rows; row r is
-            // this thread's; in place, each value is read before it is written.
-            unsafe {
-                crate::simd::vexp::swiglu_row(
-                    g.row_f32_ptr(i1, i2, i3),
-                    u.row_f32_ptr(i1, i2, i3),
-                    dst.row_f32_ptr(i1, i2, i3),
-                    dst.layout.ne[0],
-                )
-            };
-        }
+    if glu_rows(a, ctx, crate::simd::vexp::swiglu_row) {
         return;
     }
+    let (g, u) = (a.src(0), a.src(1));
     // SAFETY: both sources have the output's shape, F32.
     for_my_elements(&a.dst, ctx, |i| unsafe { silu(g.f32_at(i)) * u.f32_at(i) });
 }

@@ -23,6 +23,7 @@ use tinynn_core::tensor::TensorId;
 use tinynn_format::model_config::ModelConfig;
 
 use super::decoder::{Decoder, Embedded};
+use super::hf_names;
 use super::hparams::{ArchDefaults, Hparams};
 use super::llama::heads;
 use crate::common::{Attention, AttnParams, Init, Leaves, Mlp, MlpKind, Norm};
@@ -204,48 +205,21 @@ impl Decoder for Gemma {
 
 /// The HF (transformers Gemma 2/3 layout) name of a GGUF tensor name.
 pub fn hf_name(gguf: &str) -> Option<Cow<'static, str>> {
-    hf_name_with(gguf, "pre_feedforward_layernorm")
+    hf_names::hf_name_with(gguf, |part| match part {
+        "post_attention_norm" => Some("post_attention_layernorm"),
+        "ffn_norm" => Some("pre_feedforward_layernorm"),
+        "post_ffw_norm" => Some("post_feedforward_layernorm"),
+        other => hf_names::common_module(other),
+    })
 }
 
 /// The HF (transformers Gemma layout, whose pre-feed-forward norm is
 /// `post_attention_layernorm`) name of a GGUF tensor name.
 pub fn hf_name_gemma1(gguf: &str) -> Option<Cow<'static, str>> {
-    if gguf.ends_with(".post_attention_norm.weight") {
-        return None;
-    }
-    hf_name_with(gguf, "post_attention_layernorm")
-}
-
-fn hf_name_with(gguf: &str, ffn_norm: &str) -> Option<Cow<'static, str>> {
-    let fixed = match gguf {
-        "token_embd.weight" => Some("model.embed_tokens.weight"),
-        "output_norm.weight" => Some("model.norm.weight"),
-        "output.weight" => Some("lm_head.weight"),
-        _ => None,
-    };
-    if let Some(f) = fixed {
-        return Some(Cow::Borrowed(f));
-    }
-    let rest = gguf.strip_prefix("blk.")?;
-    let (layer, tail) = rest.split_once('.')?;
-    let (part, kind) = tail.rsplit_once('.')?;
-    let hf = match part {
-        "attn_norm" => "input_layernorm",
-        "attn_q" => "self_attn.q_proj",
-        "attn_k" => "self_attn.k_proj",
-        "attn_v" => "self_attn.v_proj",
-        "attn_output" => "self_attn.o_proj",
-        "attn_q_norm" => "self_attn.q_norm",
-        "attn_k_norm" => "self_attn.k_norm",
-        "post_attention_norm" => "post_attention_layernorm",
-        "ffn_norm" => ffn_norm,
-        "post_ffw_norm" => "post_feedforward_layernorm",
-        "ffn_gate" => "mlp.gate_proj",
-        "ffn_up" => "mlp.up_proj",
-        "ffn_down" => "mlp.down_proj",
-        _ => return None,
-    };
-    Some(Cow::Owned(format!("model.layers.{layer}.{hf}.{kind}")))
+    hf_names::hf_name_with(gguf, |part| match part {
+        "ffn_norm" => Some("post_attention_layernorm"),
+        other => hf_names::common_module(other),
+    })
 }
 
 #[cfg(test)]

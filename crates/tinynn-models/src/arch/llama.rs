@@ -190,33 +190,10 @@ pub(crate) fn heads(
 
 /// The HF (transformers Llama/Mistral/Qwen2/Qwen3 layout) name of a GGUF tensor name.
 pub fn hf_name(gguf: &str) -> Option<Cow<'static, str>> {
-    let fixed = match gguf {
-        "token_embd.weight" => Some("model.embed_tokens.weight"),
-        "output_norm.weight" => Some("model.norm.weight"),
-        "output.weight" => Some("lm_head.weight"),
-        _ => None,
-    };
-    if let Some(f) = fixed {
-        return Some(Cow::Borrowed(f));
-    }
-    let rest = gguf.strip_prefix("blk.")?;
-    let (layer, tail) = rest.split_once('.')?;
-    let (part, kind) = tail.rsplit_once('.')?;
-    let hf = match part {
-        "attn_norm" => "input_layernorm",
-        "attn_q" => "self_attn.q_proj",
-        "attn_k" => "self_attn.k_proj",
-        "attn_v" => "self_attn.v_proj",
-        "attn_output" => "self_attn.o_proj",
-        "attn_q_norm" => "self_attn.q_norm",
-        "attn_k_norm" => "self_attn.k_norm",
-        "ffn_norm" => "post_attention_layernorm",
-        "ffn_gate" => "mlp.gate_proj",
-        "ffn_up" => "mlp.up_proj",
-        "ffn_down" => "mlp.down_proj",
-        _ => return None,
-    };
-    Some(Cow::Owned(format!("model.layers.{layer}.{hf}.{kind}")))
+    super::hf_names::hf_name_with(gguf, |part| match part {
+        "ffn_norm" => Some("post_attention_layernorm"),
+        other => super::hf_names::common_module(other),
+    })
 }
 
 #[cfg(test)]

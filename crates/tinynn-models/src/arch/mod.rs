@@ -10,6 +10,7 @@
 
 pub mod decoder;
 pub mod gemma;
+pub mod hf_names;
 pub mod hparams;
 pub mod llama;
 

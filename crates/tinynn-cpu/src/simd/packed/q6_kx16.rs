@@ -143,10 +143,7 @@ mod avx512 {
                 }
             }
         }
-        let mask = super::super::lanes(valid);
-        for (t, ft) in f.iter().enumerate() {
-            // SAFETY: the `valid` columns of token t's output row are this thread's (caller).
-            unsafe { _mm512_mask_storeu_ps(out.add(t * out_stride), mask, *ft) };
-        }
+        // SAFETY: the `valid` columns of the T output rows are this thread's (caller).
+        unsafe { super::super::store_summed(&[f], out, out_stride, valid) };
     }
 }
