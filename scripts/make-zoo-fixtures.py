@@ -7,7 +7,8 @@ tinynn's strict-mode reference tests (the Llama family's are made by make-torch-
 
 For each config below, writes `<name>/` with config.json and model.safetensors (f32, seeded
 random init) and `<name>/logits.json` with the token ids fed and transformers' f32 logits for
-every position. The sliding windows are shorter than the 14 tokens fed, so they bite.
+every position. The sliding windows are shorter than the 14 tokens fed, so they bite (Gemma 2,
+Gemma 3, and Mistral's on every layer).
 """
 import json
 import os
@@ -15,7 +16,7 @@ import sys
 
 import torch
 from transformers import (Gemma2Config, Gemma2ForCausalLM, Gemma3ForCausalLM, Gemma3TextConfig,
-                          GemmaConfig, GemmaForCausalLM)
+                          GemmaConfig, GemmaForCausalLM, MistralConfig, MistralForCausalLM)
 
 out_root = sys.argv[1]
 TOKENS = [1, 17, 42, 5, 63, 8, 31, 2, 40, 11, 26, 9, 300, 257]
@@ -54,17 +55,25 @@ models = {
                                             "sliding_attention": {"rope_type": "default",
                                                                   "rope_theta": 10000.0}}}),
                     Gemma3ForCausalLM),
+    # Mistral's sliding window on every layer (4 tokens, so it bites within the 14 fed).
+    "tiny-mistral-swa": (MistralConfig(vocab_size=320, hidden_size=32, intermediate_size=48,
+                                       num_hidden_layers=2, num_attention_heads=4,
+                                       num_key_value_heads=2, max_position_embeddings=128,
+                                       rms_norm_eps=1e-5, rope_theta=10000.0, sliding_window=4,
+                                       tie_word_embeddings=False, torch_dtype="float32"),
+                         MistralForCausalLM),
 }
 
 for name, (config, cls) in models.items():
     torch.manual_seed(1234)
     model = cls(config).eval()
     # Random init is small; scale weights up so logits are not all near zero. Gemma's norms
-    # multiply by 1 + w, so their w stays around 0.
+    # multiply by 1 + w, so their w stays around 0; Mistral's multiply by w.
+    gemma = name.startswith("tiny-gemma")
     with torch.no_grad():
         for n, p in model.named_parameters():
             if "norm" in n:
-                p.uniform_(-0.5, 0.5)
+                p.uniform_(-0.5, 0.5) if gemma else p.uniform_(0.5, 1.5)
             else:
                 p.normal_(0.0, 0.2)
     d = os.path.join(out_root, name)

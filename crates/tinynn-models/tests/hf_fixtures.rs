@@ -228,3 +228,12 @@ fn tiny_gemma3_matches_transformers() {
     check_decode("tiny-gemma3");
     check_batched("tiny-gemma3");
 }
+
+/// Mistral's sliding window (4 tokens) on every layer: all at once, one token at a time, and
+/// three sequences together.
+#[test]
+fn tiny_mistral_sliding_window_matches_transformers() {
+    check("tiny-mistral-swa");
+    check_decode("tiny-mistral-swa");
+    check_batched("tiny-mistral-swa");
+}

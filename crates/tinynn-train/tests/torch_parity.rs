@@ -113,3 +113,47 @@ fn gemma3_loss_gradients_and_adamw_steps_match_pytorch() {
     gradients_match("train-gemma3", 1, true);
     adamw_losses_match("train-gemma3");
 }
+
+/// A sliding window on every layer (Mistral; tinynn-models' `tiny-mistral-swa` fixture, window
+/// 4 of 13 tokens) in the training graph: the loss equals the cross-entropy of transformers'
+/// logits for the same tokens.
+#[test]
+fn mistral_window_training_loss_matches_transformers_logits() {
+    use tinynn_train::TrainConfig;
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../tinynn-models/tests/fixtures/tiny-mistral-swa");
+    let reference: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("logits.json")).unwrap()).unwrap();
+    let tokens: Vec<i32> = reference["tokens"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t.as_i64().unwrap() as i32)
+        .collect();
+    let logits = reference["logits"].as_array().unwrap();
+    let n = tokens.len() - 1;
+    let mut want = 0f64;
+    for i in 0..n {
+        let row: Vec<f64> = logits[i]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_f64().unwrap())
+            .collect();
+        let max = row.iter().copied().fold(f64::MIN, f64::max);
+        let lse = max + row.iter().map(|v| (v - max).exp()).sum::<f64>().ln();
+        want += lse - row[tokens[i + 1] as usize];
+    }
+    want /= n as f64;
+    let cfg = TrainConfig {
+        seq: n,
+        batch: 1,
+        threads: 2,
+        ..TrainConfig::default()
+    };
+    let mut t = Trainer::new(&HfModelDir::open(&dir).unwrap(), cfg).unwrap();
+    let got = f64::from(t.eval_loss(&tokens[..n], &tokens[1..]).unwrap());
+    let err = (got - want).abs() / want;
+    println!("tiny-mistral-swa: training loss {got} vs transformers {want} (rel {err:.2e})");
+    assert!(err < 1e-5, "{got} vs {want}");
+}

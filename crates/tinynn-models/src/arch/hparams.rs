@@ -137,6 +137,14 @@ impl Hparams {
             .is_some_and(|s| s.layers.get(l).copied().unwrap_or(false))
     }
 
+    /// Whether some layer attends to the whole causal context (and so needs the plain mask):
+    /// false only when every layer is a sliding-window layer (Mistral).
+    pub fn has_global_layers(&self) -> bool {
+        self.swa
+            .as_ref()
+            .is_none_or(|s| s.layers.iter().any(|&w| !w))
+    }
+
     /// The RoPE of layer `l`.
     pub fn rope_of(&self, l: usize) -> Rope {
         match &self.swa {

@@ -71,7 +71,8 @@ pub struct ForwardGraph {
     /// at index `h + n_head_kv·t` (the caches are head-major: `[head_dim, n_cells · n_head_kv]`).
     pub kv_rows: TensorId,
     /// F32 `[n_cells, n_tokens]`: 0 where token i may attend to cache row j, -inf elsewhere
-    /// (absent for a one-token run of an unmasked spec, which attends to every valid row).
+    /// (absent for a one-token run of an unmasked spec, which attends to every valid row, and
+    /// when every layer is a sliding-window layer).
     pub mask: Option<TensorId>,
     /// F32 `[n_cells, n_tokens]`: the sliding-window layers' mask (rows older than the window
     /// are -inf too); present whenever the model has such layers.
@@ -143,8 +144,9 @@ pub fn forward_graph<'a>(
     let pos = g.input("pos", GgmlType::I32, &[n])?;
     let kv_len = g.input("kv_len", GgmlType::I32, &[1])?;
     let kv_rows = g.input("kv_rows", GgmlType::I32, &[hp.n_head_kv * n])?;
-    // A window hides old rows even from a lone token, so windowed models always take masks.
-    let mask = if n > 1 || spec.masked || hp.swa.is_some() {
+    // A window hides old rows even from a lone token, so windowed models always take masks;
+    // the plain one only when some layer reads it (an input no step reads is not planned).
+    let mask = if (n > 1 || spec.masked || hp.swa.is_some()) && hp.has_global_layers() {
         Some(g.input("mask", GgmlType::F32, &[spec.n_cells, n])?)
     } else {
         None
