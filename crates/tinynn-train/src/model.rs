@@ -40,9 +40,10 @@ pub struct TrainForward {
     /// I32 `[batch·seq]`: position within its sequence (`t mod seq`), written once.
     pub pos: TensorId,
     /// F32 `[seq, seq]`: 0 where query i may see key j (j ≤ i), -inf elsewhere; written once.
-    pub mask: TensorId,
+    pub mask: Option<TensorId>,
     /// F32 `[seq, seq]`: the sliding-window layers' mask (j ≤ i < j + window), when the model
-    /// has such layers (`mask` itself when every layer is one); written once.
+    /// has such layers; written once. (Each mask exists only when some layer reads it: an
+    /// input no step reads is not planned.)
     pub mask_swa: Option<TensorId>,
     /// F32 `[n_dims/2]` RoPE frequency divisors (Llama 3 scaling), written once.
     pub freqs: Option<TensorId>,
@@ -162,12 +163,12 @@ pub fn build_forward(
     let labels = g.input("labels", I32, &[n])?;
     let loss_norm = g.input("loss_norm", GgmlType::F32, &[1])?;
     let pos = g.input("pos", I32, &[n])?;
-    // When every layer is a window layer the one mask is the window mask (an input no step
-    // reads is not planned).
-    let mask = g.input("mask", GgmlType::F32, &[s, s])?;
+    let mask = match hp.has_global_layers() {
+        true => Some(g.input("mask", GgmlType::F32, &[s, s])?),
+        false => None,
+    };
     let mask_swa = match hp.swa {
-        Some(_) if hp.has_global_layers() => Some(g.input("mask_swa", GgmlType::F32, &[s, s])?),
-        Some(_) => Some(mask),
+        Some(_) => Some(g.input("mask_swa", GgmlType::F32, &[s, s])?),
         None => None,
     };
     let freqs = match &hp.freq_factors {

@@ -100,20 +100,10 @@ fn write_constants<B: Backend>(
 ) -> Result<()> {
     write_i32(backend, (mem, plan), fwd.pos, &positions(shape))?;
     let window = hp.swa.as_ref().map(|s| s.window);
-    // When every layer is a window layer, `mask` is the window mask (`mask_swa == mask`).
-    let plain = if fwd.mask_swa == Some(fwd.mask) {
-        window
-    } else {
-        None
-    };
-    write_f32(
-        backend,
-        (mem, plan),
-        fwd.mask,
-        &causal_mask(shape.seq, plain),
-    )?;
-    if let Some(t) = fwd.mask_swa.filter(|&t| t != fwd.mask) {
-        write_f32(backend, (mem, plan), t, &causal_mask(shape.seq, window))?;
+    for (mask, window) in [(fwd.mask, None), (fwd.mask_swa, window)] {
+        if let Some(t) = mask {
+            write_f32(backend, (mem, plan), t, &causal_mask(shape.seq, window))?;
+        }
     }
     if let (Some(t), Some(f)) = (fwd.freqs, &hp.freq_factors) {
         write_f32(backend, (mem, plan), t, f)?;

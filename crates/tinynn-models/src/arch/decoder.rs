@@ -169,7 +169,7 @@ pub fn declare(
         mode: AttnMode::Full {
             batch: 1,
             seq: 1,
-            mask,
+            mask: Some(mask),
             mask_swa: Some(mask),
         },
     };

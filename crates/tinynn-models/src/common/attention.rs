@@ -45,9 +45,10 @@ pub enum AttnMode<'a> {
     Full {
         batch: usize,
         seq: usize,
-        /// F32 `[seq, seq]`: 0 where query i may see key j (j ≤ i), -inf elsewhere.
-        mask: TensorId,
-        /// The same for the sliding-window layers (j ≤ i < j + window).
+        /// F32 `[seq, seq]`: 0 where query i may see key j (j ≤ i), -inf elsewhere; present
+        /// when some layer attends to the whole causal context.
+        mask: Option<TensorId>,
+        /// The same for the sliding-window layers (j ≤ i < j + window), when there are any.
         mask_swa: Option<TensorId>,
     },
 }
@@ -140,7 +141,10 @@ impl Attention<'_> {
                 mask_swa,
             } => {
                 let (batch, seq) = (*batch, *seq);
-                let mask = pick_mask(Some(*mask), *mask_swa, p.sliding)?;
+                // Training attends causally always: a layer without its mask is a build error.
+                let mask = pick_mask(*mask, *mask_swa, p.sliding)?.ok_or_else(|| {
+                    ModelError::Invalid("a full-sequence layer without its causal mask".into())
+                })?;
                 if batch * seq != n {
                     return Err(ModelError::Invalid(format!(
                         "{batch} sequences of {seq} tokens are not the run's {n} tokens"
@@ -156,7 +160,7 @@ impl Attention<'_> {
                 };
                 let (qb, kb, vb) = (per_seq(g, q, nh)?, per_seq(g, k, nkv)?, per_seq(g, v, nkv)?);
                 // Causal, per sequence: [hd, nh, seq, batch].
-                g.flash_attn(qb, kb, vb, mask, None, scale, softcap)?
+                g.flash_attn(qb, kb, vb, Some(mask), None, scale, softcap)?
             }
         };
         Ok(g.reshape(att, &[nh * hd, n])?)
