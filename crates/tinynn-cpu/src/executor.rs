@@ -224,6 +224,7 @@ impl Job<'_> {
                 strict: self.strict,
                 bf16_matmul: self.bf16_matmul,
                 claims: &self.claims[i % 2],
+                claimable: true,
             };
             kernels::compute(&args, ctx);
             if let (Some((spans, t0)), Some(start)) = (self.trace, started) {

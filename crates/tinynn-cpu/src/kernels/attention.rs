@@ -136,36 +136,68 @@ fn attend_f16_cache(
     a: &StepArgs<'_>,
     ctx: &Ctx<'_>,
 ) {
-    let (q, n_head) = (a.src(0), a.src(0).layout.ne[2]);
-    let group = n_head / a.src(1).layout.ne[2];
+    let (q, n_head, n_head_kv) = (a.src(0), a.src(0).layout.ne[2], a.src(1).layout.ne[2]);
+    let group = n_head / n_head_kv;
     // q·k as ggml does it: q converted to f16, then the F16 dot kernel.
     let Some(dot) = crate::simd::dot_fn(GgmlType::F16) else {
         a.errors.record(ERR_KERNEL, 0);
         return;
     };
-    let jobs = split(q.layout.ne[1] * n_head, ctx.ith, ctx.nth);
-    let mut job = jobs.start;
-    while job < jobs.end {
-        // The run of this thread's (row, head) jobs that share row i and kv head h / group.
-        let (i, h) = (job / n_head, job % n_head);
-        let group_end = i * n_head + (h / group + 1) * group;
-        let end = jobs.end.min(group_end).min(job + MAX_GROUP);
-        let heads = h..h + (end - job);
-        attend_heads_f16(
-            scale,
-            softcap,
-            mask.as_ref(),
-            n_kv,
-            dot,
-            (i, heads, group),
-            a,
-        );
-        job = end;
-    }
+    let call = AttendCall {
+        scale,
+        softcap,
+        mask: mask.as_ref(),
+        n_kv,
+        dot,
+        group,
+    };
+    HEADS.with_borrow_mut(|sc| {
+        // The mask's contents change between runs: visible rows are kept within this call.
+        sc.rows_of = None;
+        let units = q.layout.ne[1] * n_head_kv;
+        if a.claimable && units >= 4 * ctx.nth {
+            // Whole (query row, kv head) units to whichever thread is free: a thread that a
+            // busy sibling core slows takes fewer (a static split left one thread ~40%
+            // behind the other in 4-sequence decode).
+            while let Some(claimed) = a.claim(units, 1) {
+                for u in claimed {
+                    let (i, hk) = (u / n_head_kv, u % n_head_kv);
+                    let mut h = hk * group;
+                    while h < (hk + 1) * group {
+                        let end = (h + MAX_GROUP).min((hk + 1) * group);
+                        attend_heads_f16(&call, (i, h..end), a, sc);
+                        h = end;
+                    }
+                }
+            }
+            return;
+        }
+        let jobs = split(q.layout.ne[1] * n_head, ctx.ith, ctx.nth);
+        let mut job = jobs.start;
+        while job < jobs.end {
+            // The run of this thread's (row, head) jobs that share row i and kv head h / group.
+            let (i, h) = (job / n_head, job % n_head);
+            let group_end = i * n_head + (h / group + 1) * group;
+            let end = jobs.end.min(group_end).min(job + MAX_GROUP);
+            attend_heads_f16(&call, (i, h..h + (end - job)), a, sc);
+            job = end;
+        }
+    });
 }
 
 /// Query heads handled in one pass over the kv rows (their K and V rows are read once).
 const MAX_GROUP: usize = 8;
+
+/// What every (row, heads) job of one [`attend_f16_cache`] call shares.
+struct AttendCall<'a> {
+    scale: f32,
+    softcap: f32,
+    mask: Option<&'a super::RawTensor>,
+    n_kv: usize,
+    dot: crate::simd::DotFn,
+    /// Query heads per kv head.
+    group: usize,
+}
 
 /// Each pool thread's scratch of [`attend_heads_f16`].
 #[derive(Default)]
@@ -177,8 +209,10 @@ struct HeadScratch {
     q16: Vec<u8>,
     /// The value sums, `dv` a head.
     acc: Vec<f32>,
-    /// The query row's visible kv rows and their mask values.
+    /// The visible kv rows of query row `rows_of` and their mask values (every kv head of a
+    /// row sees the same rows: listed once per row and call).
     rows: Vec<(usize, f32)>,
+    rows_of: Option<usize>,
 }
 
 thread_local! {
@@ -188,64 +222,69 @@ thread_local! {
 /// [`attend_f16_cache`] for query row `i` and `heads` (at most [`MAX_GROUP`], all of one kv
 /// head): one pass over the kv rows, each head's arithmetic exactly as if alone.
 fn attend_heads_f16(
-    scale: f32,
-    softcap: f32,
-    mask: Option<&super::RawTensor>,
-    n_kv: usize,
-    dot: crate::simd::DotFn,
-    (i, heads, group): (usize, std::ops::Range<usize>, usize),
+    call: &AttendCall<'_>,
+    (i, heads): (usize, std::ops::Range<usize>),
     a: &StepArgs<'_>,
+    sc: &mut HeadScratch,
 ) {
     let (q, k, v) = (a.src(0), a.src(1), a.src(2));
     let (d, dv, n) = (q.layout.ne[0], v.layout.ne[0], heads.len());
-    let hk = heads.start / group;
-    HEADS.with_borrow_mut(|sc| {
-        sc.x.clear();
-        for h in heads.clone() {
+    let hk = heads.start / call.group;
+    sc.x.clear();
+    for h in heads.clone() {
+        if q.layout.nb[0] == 4 {
+            // SAFETY: row (i, h) of q is d contiguous f32s.
+            sc.x.extend_from_slice(unsafe {
+                std::slice::from_raw_parts(q.row_f32_ptr(i, h, 0), d)
+            });
+        } else {
             // SAFETY: (j, i, h) is inside q for every j < d.
             sc.x.extend((0..d).map(|j| unsafe { q.f32_at([j, i, h, 0]) }));
         }
-        sc.q.resize(n * d, 0.0);
-        sc.q16.resize(2 * n * d, 0);
-        round_to_f16(&sc.x, &mut sc.q, &mut sc.q16);
-        sc.acc.clear();
-        sc.acc.resize(n * dv, 0.0);
-        // Mask row i: element j is `step` f32s after element j − 1 (F32, builder-checked).
-        let mask_row = mask.map(|m| (m.row_f32_ptr(i, 0, 0) as *const f32, m.layout.nb[0] / 4));
+    }
+    sc.q.resize(n * d, 0.0);
+    sc.q16.resize(2 * n * d, 0);
+    round_to_f16(&sc.x, &mut sc.q, &mut sc.q16);
+    sc.acc.clear();
+    sc.acc.resize(n * dv, 0.0);
+    if sc.rows_of != Some(i) {
         sc.rows.clear();
-        sc.rows.extend((0..n_kv).filter_map(|j| {
-            // SAFETY: the mask is F32 [n_kv, ≥ n_q] (builder-checked), so (j, i) is inside it.
-            let m = mask_row.map_or(0.0, |(row, step)| unsafe { row.add(j * step).read() });
-            (m != f32::NEG_INFINITY).then_some((j, m))
-        }));
-        let kv = KvRows {
-            k: k.row_ptr(0, hk, 0),
-            k_stride: k.layout.nb[1],
-            v: v.row_ptr(0, hk, 0),
-            v_stride: v.layout.nb[1],
-            rows: &sc.rows,
-            dot,
-        };
-        let (mut max, mut sum) = ([f32::NEG_INFINITY; MAX_GROUP], [0f32; MAX_GROUP]);
-        let mut st = HeadsState {
-            q: &sc.q,
-            q16: &sc.q16,
-            acc: &mut sc.acc,
-            max: &mut max[..n],
-            sum: &mut sum[..n],
-        };
-        // SAFETY: rows j < n_kv of kv head hk are inside K ([d, ≥ n_kv, kv heads] F16 with
-        // contiguous rows, builder-checked) and V (the same with dv).
-        unsafe { attention_f16::attend_rows(&kv, &mut st, scale, softcap) };
-        for (g, h) in heads.enumerate() {
-            let inv = if sum[g] > 0.0 { 1.0 / sum[g] } else { 0.0 };
-            let out = a.dst.row_f32_ptr(h, i, 0);
-            for (c, &x) in sc.acc[g * dv..][..dv].iter().enumerate() {
-                // SAFETY: output row (h, i) is [Dv] contiguous and this thread's.
-                unsafe { out.add(c).write(x * inv) };
-            }
+        // Mask row i: element j is `step` f32s after element j − 1 (F32, builder-checked).
+        let mask_row = call
+            .mask
+            .map(|m| (m.row_f32_ptr(i, 0, 0) as *const f32, m.layout.nb[0] / 4));
+        // SAFETY: the mask is F32 [n_kv, ≥ n_q] (builder-checked), so (j, i) is inside it for
+        // every j < n_kv.
+        unsafe { attention_f16::visible_rows(mask_row, call.n_kv, &mut sc.rows) };
+        sc.rows_of = Some(i);
+    }
+    let kv = KvRows {
+        k: k.row_ptr(0, hk, 0),
+        k_stride: k.layout.nb[1],
+        v: v.row_ptr(0, hk, 0),
+        v_stride: v.layout.nb[1],
+        rows: &sc.rows,
+        dot: call.dot,
+    };
+    let (mut max, mut sum) = ([f32::NEG_INFINITY; MAX_GROUP], [0f32; MAX_GROUP]);
+    let mut st = HeadsState {
+        q: &sc.q,
+        q16: &sc.q16,
+        acc: &mut sc.acc,
+        max: &mut max[..n],
+        sum: &mut sum[..n],
+    };
+    // SAFETY: rows j < n_kv of kv head hk are inside K ([d, ≥ n_kv, kv heads] F16 with
+    // contiguous rows, builder-checked) and V (the same with dv).
+    unsafe { attention_f16::attend_rows(&kv, &mut st, call.scale, call.softcap) };
+    for (g, h) in heads.enumerate() {
+        let inv = if sum[g] > 0.0 { 1.0 / sum[g] } else { 0.0 };
+        let out = a.dst.row_f32_ptr(h, i, 0);
+        for (c, &x) in sc.acc[g * dv..][..dv].iter().enumerate() {
+            // SAFETY: output row (h, i) is [Dv] contiguous and this thread's.
+            unsafe { out.add(c).write(x * inv) };
         }
-    });
+    }
 }
 
 /// The accumulator type of attention: f32 normally, f64 in strict mode.

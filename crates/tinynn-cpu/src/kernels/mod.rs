@@ -200,6 +200,9 @@ pub(crate) struct StepArgs<'a> {
     pub bf16_matmul: bool,
     /// This step's shared work counter, 0 when the step starts (see [`StepArgs::claim`]).
     pub claims: &'a AtomicUsize,
+    /// Whether the kernel may use [`StepArgs::claim`]: false when it runs more than once in
+    /// the step (per batch, see `per_batch`), where one counter cannot serve every run.
+    pub claimable: bool,
 }
 
 impl StepArgs<'_> {
@@ -267,10 +270,26 @@ fn per_batch(
             // dk_b and dv_b, counted from dq_b.
             let dk = nq - b * bq + b * bk;
             let dv = nq + nk - b * bq + b * bv;
-            run(&StepArgs { src, dst, ..*a }, Some([dk, dv]));
+            run(
+                &StepArgs {
+                    src,
+                    dst,
+                    claimable: false,
+                    ..*a
+                },
+                Some([dk, dv]),
+            );
         } else {
             let dst = narrow(a.dst, b);
-            run(&StepArgs { src, dst, ..*a }, None);
+            run(
+                &StepArgs {
+                    src,
+                    dst,
+                    claimable: false,
+                    ..*a
+                },
+                None,
+            );
         }
     }
 }

@@ -33,6 +33,61 @@ pub(crate) struct KvRows<'a> {
     pub dot: super::DotFn,
 }
 
+/// Appends to `out` the kv rows `j < n` whose mask value (`row[j·step]`; every row when there
+/// is no mask) is not −∞, each with that value, in order.
+///
+/// # Safety
+/// With a mask, `row[j·step]` is a readable f32 for every `j < n`.
+pub(crate) unsafe fn visible_rows(
+    mask: Option<(*const f32, usize)>,
+    n: usize,
+    out: &mut Vec<(usize, f32)>,
+) {
+    let Some((row, step)) = mask else {
+        out.extend((0..n).map(|j| (j, 0.0)));
+        return;
+    };
+    let mut j = 0;
+    #[cfg(target_arch = "x86_64")]
+    if step == 1 && Isa::detected() >= Isa::Avx512Vnni {
+        // SAFETY: AVX-512F present (checked); the mask row is contiguous here.
+        j = unsafe { visible_rows_avx512(row, n, out) };
+    }
+    for j in j..n {
+        // SAFETY: j < n (caller).
+        let m = unsafe { row.add(j * step).read() };
+        if m != f32::NEG_INFINITY {
+            out.push((j, m));
+        }
+    }
+}
+
+/// [`visible_rows`] for a contiguous mask row, 16 values at a time; returns how far it got
+/// (the rest, under 16, is left to the caller).
+///
+/// # Safety
+/// AVX-512F present; `row[0..n]` readable.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn visible_rows_avx512(row: *const f32, n: usize, out: &mut Vec<(usize, f32)>) -> usize {
+    let ninf = _mm512_set1_ps(f32::NEG_INFINITY);
+    let mut j = 0;
+    while j + 16 <= n {
+        // SAFETY: j + 16 ≤ n (caller).
+        let v = unsafe { _mm512_loadu_ps(row.add(j)) };
+        // Unordered: a NaN counts as visible, as `m != −∞` says.
+        let mut bits = _mm512_cmp_ps_mask::<_CMP_NEQ_UQ>(v, ninf);
+        while bits != 0 {
+            let b = bits.trailing_zeros() as usize;
+            // SAFETY: j + b < n.
+            out.push((j + b, unsafe { row.add(j + b).read() }));
+            bits &= bits - 1;
+        }
+        j += 16;
+    }
+    j
+}
+
 /// One query row, `n` heads: `q` is `n × d` values exactly representable in f16 (and `q16`
 /// the same as little-endian f16 bytes), `acc` is
 /// `n × dv` (zeros on entry; on return the heads' unnormalized value sums), `max` and `sum`
@@ -160,10 +215,13 @@ unsafe fn attend_rows_avx512(kv: &KvRows<'_>, st: &mut HeadsState<'_>, scale: f3
     let (d, dv) = (st.q.len() / n, st.acc.len() / n);
     let (qp, ap) = (st.q.as_ptr(), st.acc.as_mut_ptr());
     let mut kf = [_mm512_setzero_ps(); 32];
-    // Per head and chunk row: the score, then the rescale of the old sums and the row's
-    // weight (a weight of −1, never a real one, marks a row the head skips).
+    // Per head and chunk row: the dot product's 16 partial sums (reduced 16 rows at a time,
+    // in the F16 dot kernel's order), the score, then the rescale of the old sums and the
+    // row's weight (a weight of −1, never a real one, marks a row the head skips).
+    let mut dots = [[_mm512_setzero_ps(); CHUNK_ROWS]; MAX_HEADS];
     let mut score = [[0f32; CHUNK_ROWS]; MAX_HEADS];
     let mut step = [[(1f32, 0f32); CHUNK_ROWS]; MAX_HEADS];
+    let scale16 = _mm512_set1_ps(scale);
     for (c0, chunk) in kv.rows.chunks(CHUNK_ROWS).enumerate() {
         for (r, &(j, _)) in chunk.iter().enumerate() {
             if let Some(&(ahead, _)) = kv.rows.get(c0 * CHUNK_ROWS + r + KV_AHEAD) {
@@ -176,15 +234,22 @@ unsafe fn attend_rows_avx512(kv: &KvRows<'_>, st: &mut HeadsState<'_>, scale: f3
                 for (c, kc) in kf.iter_mut().enumerate().take(d / 16) {
                     *kc = _mm512_cvtph_ps(_mm256_loadu_si256(krow.add(32 * c) as *const __m256i));
                 }
-                for (g, sg) in score.iter_mut().enumerate().take(n) {
+                for (g, dg) in dots.iter_mut().enumerate().take(n) {
                     // The F16 dot kernel's order: one accumulator over the chunks, then its sum.
                     let mut dot = _mm512_setzero_ps();
                     for (c, &kc) in kf.iter().enumerate().take(d / 16) {
                         dot = _mm512_fmadd_ps(kc, _mm512_loadu_ps(qp.add(g * d + 16 * c)), dot);
                     }
-                    sg[r] = _mm512_reduce_add_ps(dot) * scale;
+                    dg[r] = dot;
                 }
             }
+        }
+        // Lane r of a head's sums depends on row r's partials alone, so rows past the end of
+        // a short chunk (left from the chunk before) only fill lanes nobody reads.
+        for (dg, sg) in dots.iter().zip(score.iter_mut()).take(n) {
+            let sums = _mm512_mul_ps(super::hsum512::hsum_x16(dg), scale16);
+            // SAFETY: sg holds CHUNK_ROWS = 16 floats.
+            unsafe { _mm512_storeu_ps(sg.as_mut_ptr(), sums) };
         }
         for g in 0..n {
             for (r, &(_, m)) in chunk.iter().enumerate() {
@@ -274,6 +339,45 @@ mod tests {
         // SAFETY: the rows index inside the K and V buffers of the caller.
         unsafe { f(kv, &mut st, 0.125, softcap) };
         (acc, max, sum)
+    }
+
+    /// The 16-at-a-time scan of a mask row lists the same rows and values as the scalar one,
+    /// over lengths around the vector width and masks with NaN and −∞ runs.
+    #[test]
+    fn visible_rows_matches_scalar_scan() {
+        let mut seed = 0x51_7CC1_B727_220Au64;
+        for n in [0usize, 1, 15, 16, 17, 31, 33, 100, 257] {
+            let row: Vec<f32> = noise(n, &mut seed, 1.0)
+                .into_iter()
+                .enumerate()
+                .map(|(j, x)| match (j * 7 + n) % 5 {
+                    0 | 1 => f32::NEG_INFINITY,
+                    2 if j % 11 == 3 => f32::NAN,
+                    _ => x,
+                })
+                .collect();
+            let want: Vec<(usize, u32)> = (0..n)
+                .filter(|&j| row[j] != f32::NEG_INFINITY)
+                .map(|j| (j, row[j].to_bits()))
+                .collect();
+            for step in [1, 2] {
+                let wide: Vec<f32> = row.iter().flat_map(|&x| [x, 0.5]).collect();
+                let (p, len) = if step == 1 {
+                    (row.as_ptr(), n)
+                } else {
+                    (wide.as_ptr(), n)
+                };
+                let mut got = Vec::new();
+                // SAFETY: row (or wide at stride 2) holds n readable values.
+                unsafe { visible_rows(Some((p, step)), len, &mut got) };
+                let got: Vec<(usize, u32)> = got.iter().map(|&(j, m)| (j, m.to_bits())).collect();
+                assert_eq!(got, want, "n {n} step {step}");
+            }
+            let mut all = Vec::new();
+            // SAFETY: no mask: nothing is read.
+            unsafe { visible_rows(None, n, &mut all) };
+            assert_eq!(all.len(), n);
+        }
     }
 
     /// The dispatching kernel (AVX-512 where present) equals the generic one bit for bit, over

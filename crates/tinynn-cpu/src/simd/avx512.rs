@@ -158,7 +158,7 @@ unsafe fn q5_1_q8_1(x: &[u8], y: &[u8]) -> f32 {
 #[inline]
 #[target_feature(enable = "avx512f")]
 fn hsum512(v: __m512) -> f32 {
-    _mm512_reduce_add_ps(v)
+    super::hsum512::hsum(v)
 }
 
 #[target_feature(enable = "avx512f,avx2,fma")]

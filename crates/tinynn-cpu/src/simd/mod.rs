@@ -20,6 +20,8 @@ mod avx512;
 mod avx512_kquants;
 pub mod dropout;
 pub(crate) mod gemm_f32;
+#[cfg(target_arch = "x86_64")]
+pub(crate) mod hsum512;
 pub use gemm_f32::{bf16_available, bf16_bits};
 pub mod packed;
 pub mod quantize_q8;
