@@ -3,7 +3,7 @@
 tinynn's strict-mode reference tests (the Llama family's are made by make-torch-fixtures.py).
 
     python3 -m venv venv && venv/bin/pip install torch transformers safetensors
-    venv/bin/python scripts/make-zoo-fixtures.py crates/tinynn-models/tests/fixtures
+    venv/bin/python scripts/make-zoo-fixtures.py crates/tinynn-models/tests/fixtures [NAME...]
 
 For each config below, writes `<name>/` with config.json and model.safetensors (f32, seeded
 random init) and `<name>/logits.json` with the token ids fed and transformers' f32 logits for
@@ -16,7 +16,8 @@ import sys
 
 import torch
 from transformers import (Gemma2Config, Gemma2ForCausalLM, Gemma3ForCausalLM, Gemma3TextConfig,
-                          GemmaConfig, GemmaForCausalLM, MistralConfig, MistralForCausalLM)
+                          GemmaConfig, GemmaForCausalLM, GPT2Config, GPT2LMHeadModel,
+                          MistralConfig, MistralForCausalLM)
 
 out_root = sys.argv[1]
 TOKENS = [1, 17, 42, 5, 63, 8, 31, 2, 40, 11, 26, 9, 300, 257]
@@ -62,9 +63,19 @@ models = {
                                        rms_norm_eps=1e-5, rope_theta=10000.0, sliding_window=4,
                                        tie_word_embeddings=False, torch_dtype="float32"),
                          MistralForCausalLM),
+    # Learned positions, LayerNorm with biases, fused c_attn (HF Conv1D: weights stored
+    # [in, out]), tanh GELU, tied head.
+    "tiny-gpt2": (GPT2Config(vocab_size=320, n_embd=32, n_layer=2, n_head=4, n_positions=64,
+                             activation_function="gelu_new", layer_norm_epsilon=1e-5,
+                             bos_token_id=1, eos_token_id=2,
+                             torch_dtype="float32"),
+                  GPT2LMHeadModel),
 }
 
+only = sys.argv[2:]  # names to make (default: all)
 for name, (config, cls) in models.items():
+    if only and name not in only:
+        continue
     torch.manual_seed(1234)
     model = cls(config).eval()
     # Random init is small; scale weights up so logits are not all near zero. Gemma's norms
@@ -72,7 +83,7 @@ for name, (config, cls) in models.items():
     gemma = name.startswith("tiny-gemma")
     with torch.no_grad():
         for n, p in model.named_parameters():
-            if "norm" in n:
+            if "norm" in n or (".ln_" in n and n.endswith(".weight")):
                 p.uniform_(-0.5, 0.5) if gemma else p.uniform_(0.5, 1.5)
             else:
                 p.normal_(0.0, 0.2)

@@ -3,7 +3,7 @@
 10-step AdamW loss curve, for tinynn-train's PyTorch parity tests — the same files and rules as
 scripts/make-train-fixtures.py (which makes the Llama family's):
 
-    venv/bin/python scripts/make-zoo-train-fixtures.py crates/tinynn-train/tests/fixtures
+    venv/bin/python scripts/make-zoo-train-fixtures.py crates/tinynn-train/tests/fixtures [NAME...]
 
 For each model writes `<name>/`: config.json + model.safetensors (f32, seeded random init),
 grads.safetensors (the gradient of the mean cross-entropy of the fixed batch with respect to
@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 from safetensors.torch import save_file
 from transformers import (Gemma2Config, Gemma2ForCausalLM, Gemma3ForCausalLM, Gemma3TextConfig,
-                          GemmaConfig, GemmaForCausalLM)
+                          GemmaConfig, GemmaForCausalLM, GPT2Config, GPT2LMHeadModel)
 
 out_root = sys.argv[1]
 BATCH, SEQ, VOCAB = 2, 16, 256
@@ -57,7 +57,25 @@ models = {
                                           "full_attention": {"rope_type": "default", "rope_theta": 1000000.0},
                                           "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0}}),
                      Gemma3ForCausalLM),
+    # Learned positions, LayerNorm with biases, fused c_attn, tanh GELU, tied head; no dropout.
+    "train-gpt2": (GPT2Config(vocab_size=VOCAB, n_embd=64, n_layer=2, n_head=4, n_positions=64,
+                              activation_function="gelu_new", layer_norm_epsilon=1e-5,
+                              initializer_range=0.1, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
+                              bos_token_id=1, eos_token_id=2, torch_dtype="float32"),
+                   GPT2LMHeadModel),
 }
+
+GPT2_FIXED = {"transformer.wte.weight": "token_embd.weight", "transformer.wpe.weight": "position_embd.weight",
+              "transformer.ln_f.weight": "output_norm.weight", "transformer.ln_f.bias": "output_norm.bias"}
+GPT2_MODULES = {"ln_1": "attn_norm", "attn.c_attn": "attn_qkv", "attn.c_proj": "attn_output", "ln_2": "ffn_norm",
+                "mlp.c_fc": "ffn_up", "mlp.c_proj": "ffn_down"}
+
+
+def gguf_name_gpt2(hf):
+    if hf in GPT2_FIXED:
+        return GPT2_FIXED[hf]
+    parts = hf.split(".")  # transformer.h.L.<module...>.<kind>
+    return f"blk.{parts[2]}.{GPT2_MODULES['.'.join(parts[3:-1])]}.{parts[-1]}"
 
 
 def gguf_name(hf, gemma1):
@@ -83,14 +101,23 @@ def loss_of(model, ids, labels):
     return F.cross_entropy(logits.reshape(-1, VOCAB), labels.reshape(-1), ignore_index=-100)
 
 
+only = sys.argv[2:]  # names to make (default: all)
 for name, (config, cls) in models.items():
+    if only and name not in only:
+        continue
     torch.manual_seed(1234)
     model = cls(config).float().eval()
-    # Gemma's norms multiply by 1 + w and start at w = 0; move them off 0.
+    # Gemma's norms multiply by 1 + w and start at w = 0; move them off 0. GPT-2's
+    # LayerNorms (weight 1, bias 0) and biases (0) move off their starting values too.
+    gpt2 = name == "train-gpt2"
     with torch.no_grad():
         for n, p in model.named_parameters():
             if "norm" in n:
                 p.uniform_(-0.5, 0.5)
+            elif gpt2 and ".ln_" in n and n.endswith(".weight"):
+                p.uniform_(0.5, 1.5)
+            elif gpt2 and n.endswith(".bias"):
+                p.normal_(0.0, 0.1)
     out = os.path.join(out_root, name)
     os.makedirs(out, exist_ok=True)
     model.save_pretrained(out, safe_serialization=True)
@@ -107,7 +134,16 @@ for name, (config, cls) in models.items():
     model.zero_grad()
     loss = loss_of(model, ids, labels)
     loss.backward()
-    grads = {gguf_name(n, name == "train-gemma"): p.grad.detach().clone().contiguous() for n, p in model.named_parameters()}
+    grads = {}
+    for n, p in model.named_parameters():
+        grad = p.grad.detach().clone()
+        if gpt2:
+            # HF Conv1D weights are [in, out]; GGUF's (PyTorch-shaped) are [out, in].
+            if grad.dim() == 2 and any(n.endswith(m + ".weight") for m in (".c_attn", ".c_proj", ".c_fc")):
+                grad = grad.t()
+            grads[gguf_name_gpt2(n)] = grad.contiguous()
+        else:
+            grads[gguf_name(n, name == "train-gemma")] = grad.contiguous()
     save_file(grads, os.path.join(out, "grads.safetensors"))
 
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.01)

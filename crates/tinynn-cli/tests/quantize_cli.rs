@@ -283,13 +283,13 @@ fn refusals_are_one_line_errors() {
     let truncated = dir.path().join("truncated.gguf");
     let bytes = std::fs::read(&src).unwrap();
     std::fs::write(&truncated, &bytes[..bytes.len() / 2]).unwrap();
-    let other_arch = dir.path().join("gpt2.gguf");
-    write_model(&other_arch, "gpt2");
+    let other_arch = dir.path().join("mamba.gguf");
+    write_model(&other_arch, "mamba");
     let unwritable = dir.path().join("no/such/dir/out.gguf");
     let cases: [(&[&std::ffi::OsStr], &str); 6] = [
         (
             &[other_arch.as_ref(), again.as_ref(), "Q4_0".as_ref()],
-            "architecture 'gpt2'",
+            "architecture 'mamba'",
         ),
         (
             &[src.as_ref(), again.as_ref(), "Q3_K_M".as_ref()],

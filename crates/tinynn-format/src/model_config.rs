@@ -272,6 +272,10 @@ fn check_limits(c: &ModelConfig) -> Result<(), ConfigError> {
     if let Some(r) = c.rope_dims {
         at_most("RoPE dimension count", r, c.head_dim)?;
     }
+    if let Some(n) = c.n_ctx_train {
+        // Learned position tables (GPT-2) have a row per position.
+        at_most("context length", n, MAX_CONTEXT)?;
+    }
     let positive = |field: &str, v: Option<f64>, zero_ok: bool| match v {
         Some(x) if !x.is_finite() || x < 0.0 || (x == 0.0 && !zero_ok) => {
             Err(ConfigError::Invalid {

@@ -51,6 +51,19 @@ pub struct HfModelDir {
     upcast: Vec<f32>,
     /// Tensor name → its element range in `upcast`.
     upcast_at: HashMap<String, std::ops::Range<usize>>,
+    /// Transposed copies of 2-D tensors stored `[in, out]`, made by the first
+    /// [`HfModelDir::transpose_2d`].
+    transposed: std::sync::OnceLock<Transposed>,
+}
+
+/// Transposed copies of matrices, back to back in an anonymous map, each starting on a
+/// 64-byte boundary.
+#[derive(Default)]
+struct Transposed {
+    /// `None` when nothing was selected.
+    map: Option<memmap2::MmapMut>,
+    /// Tensor name → its byte range in `map`.
+    at: HashMap<String, std::ops::Range<usize>>,
 }
 
 impl HfModelDir {
@@ -136,7 +149,96 @@ impl HfModelDir {
             tensor_shard,
             upcast,
             upcast_at,
+            transposed: std::sync::OnceLock::new(),
         })
+    }
+
+    /// Makes a transposed copy of every 2-D F32, F16 or BF16 tensor `select` names (by its
+    /// name in the files), which [`HfModelDir::transposed`] then gives instead of the file's
+    /// bytes: for checkpoints that store some matrices `[in, out]` (GPT-2's `Conv1D`) where
+    /// everything else is `[out, in]`. Only the first successful call makes copies (later ones
+    /// return at once). The copies take as much memory as the tensors; their bytes were
+    /// checked present when the files were opened. Any other dtype or rank is an error naming
+    /// the tensor.
+    pub fn transpose_2d(&self, select: impl Fn(&str) -> bool) -> Result<()> {
+        if self.transposed.get().is_some() {
+            return Ok(());
+        }
+        // First the place of each copy (64-byte aligned, as weights in files are), then one
+        // map for all of them.
+        let mut tr = Transposed::default();
+        let mut selected = Vec::new();
+        let mut len = 0usize;
+        for shard in &self.shards {
+            for t in shard.tensors() {
+                if !select(&t.name) || tr.at.contains_key(&t.name) {
+                    continue;
+                }
+                let elem = match t.dtype {
+                    Dtype::F32 => 4,
+                    Dtype::F16 | Dtype::BF16 => 2,
+                    other => {
+                        return Err(Error::invalid(
+                            &self.dir,
+                            format!(
+                                "{}: {other:?} cannot be transposed (F32, F16 and BF16 can)",
+                                t.name
+                            ),
+                        ))
+                    }
+                };
+                let [rows, cols] = t.shape[..] else {
+                    return Err(Error::invalid(
+                        &self.dir,
+                        format!("{}: shape {:?} is not a matrix", t.name, t.shape),
+                    ));
+                };
+                let data = shard.tensor_data(t);
+                if rows.checked_mul(cols).and_then(|n| n.checked_mul(elem)) != Some(data.len()) {
+                    return Err(Error::invalid(
+                        &self.dir,
+                        format!("{}: {} bytes for shape {:?}", t.name, data.len(), t.shape),
+                    ));
+                }
+                let start = len.next_multiple_of(64);
+                len = start + data.len();
+                tr.at.insert(t.name.clone(), start..len);
+                selected.push((data, start, rows, cols, elem));
+            }
+        }
+        if len > 0 {
+            let mut map = memmap2::MmapMut::map_anon(len).map_err(|e| Error::io(&self.dir, e))?;
+            for (data, start, rows, cols, elem) in selected {
+                let out = &mut map[start..start + data.len()];
+                // Element (r, c) of the [rows, cols] original goes to (c, r) of [cols, rows].
+                for r in 0..rows {
+                    for c in 0..cols {
+                        let (from, to) = ((r * cols + c) * elem, (c * rows + r) * elem);
+                        out[to..to + elem].copy_from_slice(&data[from..from + elem]);
+                    }
+                }
+            }
+            tr.map = Some(map);
+        }
+        // Another thread may have made them meanwhile: the same copies.
+        let _ = self.transposed.set(tr);
+        Ok(())
+    }
+
+    /// The transposed copy of `name` made by [`HfModelDir::transpose_2d`] (its shape is the
+    /// file's, reversed), when there is one.
+    pub fn transposed(&self, name: &str) -> Option<&[u8]> {
+        let range = self.transposed.get()?.at.get(name)?;
+        Some(&self.transposed_bytes()[range.clone()])
+    }
+
+    /// Every copy of [`HfModelDir::transposed`], back to back (empty before
+    /// [`HfModelDir::transpose_2d`]).
+    pub fn transposed_bytes(&self) -> &[u8] {
+        match self.transposed.get().and_then(|t| t.map.as_ref()) {
+            Some(m) => m,
+            None => &[],
+        }
     }
 
     /// The F32 copy of 1-D F16 / BF16 tensor `name` (little-endian bytes), made at open.

@@ -455,3 +455,54 @@ fn gguf_block_count_must_match_the_blocks_present() {
     let err = config(1 << 30, true).unwrap_err().to_string();
     assert!(err.contains("more than the limit of 4096"), "{err}");
 }
+
+/// `transpose_2d` copies the selected matrices transposed (F32 and F16 alike), leaves the
+/// others to the file, is done once, and refuses what is not a matrix.
+#[test]
+fn selected_matrices_are_transposed_once() {
+    let dir = tempfile::tempdir().unwrap();
+    write_config(dir.path());
+    // a: F32 [2, 3] = 0..6; b: F16 [3, 2] = 10..16; c: F32 [4].
+    let a: Vec<u8> = (0..6).flat_map(|i| (i as f32).to_le_bytes()).collect();
+    let b: Vec<u8> = (10..16)
+        .flat_map(|i| half::f16::from_f32(i as f32).to_le_bytes())
+        .collect();
+    let c: Vec<u8> = (0..4).flat_map(|i| (i as f32).to_le_bytes()).collect();
+    let header = json!({
+        "a": {"dtype": "F32", "shape": [2, 3], "data_offsets": [0, 24]},
+        "b": {"dtype": "F16", "shape": [3, 2], "data_offsets": [24, 36]},
+        "c": {"dtype": "F32", "shape": [4], "data_offsets": [36, 52]},
+    });
+    let h = serde_json::to_vec(&header).unwrap();
+    let mut bytes = (h.len() as u64).to_le_bytes().to_vec();
+    bytes.extend_from_slice(&h);
+    bytes.extend(a.iter().chain(&b).chain(&c));
+    write(dir.path(), "model.safetensors", &bytes);
+
+    let d = HfModelDir::open(dir.path()).unwrap();
+    assert!(d.transposed("a").is_none() && d.transposed_bytes().is_empty());
+    let refused = d.transpose_2d(|n| n == "c").unwrap_err().to_string();
+    assert!(
+        refused.contains("c: shape [4] is not a matrix"),
+        "{refused}"
+    );
+    d.transpose_2d(|n| n == "a" || n == "b").unwrap();
+    let f32s = |x: &[u8]| -> Vec<f32> {
+        x.chunks_exact(4)
+            .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
+            .collect()
+    };
+    assert_eq!(f32s(d.transposed("a").unwrap()), [0., 3., 1., 4., 2., 5.]);
+    let b_t: Vec<f32> = d
+        .transposed("b")
+        .unwrap()
+        .chunks_exact(2)
+        .map(|c| half::f16::from_le_bytes([c[0], c[1]]).to_f32())
+        .collect();
+    assert_eq!(b_t, [10., 12., 14., 11., 13., 15.]);
+    assert_eq!(d.transposed("b").unwrap().as_ptr() as usize % 64, 0);
+    assert!(d.transposed("c").is_none());
+    // A later call with another selection changes nothing.
+    d.transpose_2d(|_| true).unwrap();
+    assert!(d.transposed("c").is_none());
+}

@@ -106,6 +106,12 @@ impl Model {
     /// A model over an opened Hugging Face directory.
     pub fn from_hf(dir: HfModelDir) -> Result<Arc<Model>> {
         let config = ModelConfig::from_hf(&dir.config)?;
+        let model_type = dir.config.model_type.as_deref().unwrap_or("");
+        if let Some(transposed) =
+            crate::arch::by_hf_model_type(model_type).and_then(|a| a.hf_transposed)
+        {
+            dir.transpose_2d(transposed)?;
+        }
         let text = match &dir.tokenizer_json {
             None => Err(format!("{}: no tokenizer.json", dir.dir.display())),
             Some(p) => Tokenizer::from_hf_file(
@@ -236,12 +242,14 @@ impl Model {
     fn region_bytes(&self, i: usize) -> Option<&[u8]> {
         match &self.files {
             Files::Gguf(f) => (i == 0).then(|| f.bytes()),
-            // The shards, then the F32 copies of the small half-precision tensors.
+            // The shards, the F32 copies of the small half-precision tensors, then the
+            // transposed copies of matrices stored [in, out].
             Files::Hf(d) => d
                 .shards
                 .get(i)
                 .map(|s| s.bytes())
-                .or_else(|| (i == d.shards.len()).then(|| d.upcast_bytes())),
+                .or_else(|| (i == d.shards.len()).then(|| d.upcast_bytes()))
+                .or_else(|| (i == d.shards.len() + 1).then(|| d.transposed_bytes())),
         }
     }
 

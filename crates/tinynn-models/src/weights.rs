@@ -70,12 +70,34 @@ impl<'a> WeightSource<'a> {
                 let model_type = d.config.model_type.as_deref().unwrap_or("");
                 let arch = arch::by_hf_model_type(model_type)
                     .ok_or_else(|| ModelError::UnsupportedArchitecture(model_type.to_string()))?;
+                if let Some(transposed) = arch.hf_transposed {
+                    // Made once, on first use (`Model::from_hf` asks at open).
+                    d.transpose_2d(transposed)?;
+                }
                 let Some(hf) = (arch.hf_name)(name) else {
                     return Ok(None);
                 };
-                let Some((file, t)) = d.tensor(&hf) else {
+                // A checkpoint of the bare model (no LM head) names its tensors without the
+                // `model.` / `transformer.` in front.
+                let bare = hf
+                    .strip_prefix("model.")
+                    .or_else(|| hf.strip_prefix("transformer."));
+                let Some((hf, (file, t))) = d
+                    .tensor(&hf)
+                    .map(|found| (hf.to_string(), found))
+                    .or_else(|| bare.and_then(|b| Some((b.to_string(), d.tensor(b)?))))
+                else {
                     return Ok(None);
                 };
+                if let Some(data) = d.transposed(&hf) {
+                    // Stored [in, out]: the copy is [out, in], whose ggml dims are the file's.
+                    let dims = t.shape.iter().map(|&d| d as u64).collect();
+                    return Ok(Some(Weight {
+                        dtype: dtype_of(&hf, t.dtype)?,
+                        dims,
+                        data,
+                    }));
+                }
                 let dims = t.shape.iter().rev().map(|&d| d as u64).collect();
                 if let Some(data) = d.upcast(&hf) {
                     return Ok(Some(Weight {
@@ -84,22 +106,24 @@ impl<'a> WeightSource<'a> {
                         data,
                     }));
                 }
-                let dtype = match t.dtype {
-                    Dtype::F32 => GgmlType::F32,
-                    Dtype::F16 => GgmlType::F16,
-                    Dtype::BF16 => GgmlType::Bf16,
-                    other => {
-                        return Err(ModelError::Invalid(format!(
-                            "{hf}: {other:?} weights are not supported (F32, F16 and BF16 are: convert the checkpoint to one of them)"
-                        )))
-                    }
-                };
                 Ok(Some(Weight {
-                    dtype,
+                    dtype: dtype_of(&hf, t.dtype)?,
                     dims,
                     data: file.tensor_data(t),
                 }))
             }
         }
+    }
+}
+
+/// The ggml type of safetensors dtype `d` of tensor `hf`.
+fn dtype_of(hf: &str, d: Dtype) -> Result<GgmlType> {
+    match d {
+        Dtype::F32 => Ok(GgmlType::F32),
+        Dtype::F16 => Ok(GgmlType::F16),
+        Dtype::BF16 => Ok(GgmlType::Bf16),
+        other => Err(ModelError::Invalid(format!(
+            "{hf}: {other:?} weights are not supported (F32, F16 and BF16 are: convert the checkpoint to one of them)"
+        ))),
     }
 }

@@ -237,3 +237,23 @@ fn tiny_mistral_sliding_window_matches_transformers() {
     check_decode("tiny-mistral-swa");
     check_batched("tiny-mistral-swa");
 }
+
+/// GPT-2: learned positions (each sequence of a batch from its own position 0), LayerNorm
+/// with biases, the fused q/k/v projection and HF's transposed `Conv1D` weights, tanh GELU,
+/// tied head.
+#[test]
+fn tiny_gpt2_matches_transformers() {
+    check("tiny-gpt2");
+    check_decode("tiny-gpt2");
+    check_batched("tiny-gpt2");
+    // The default (fast) path too: packed weights, f16 cache, quantized activations.
+    let (model, tokens, want) = fixture("tiny-gpt2");
+    let mut s = Session::new(model, 32, ExecOptions::default()).unwrap();
+    let mut got = Vec::new();
+    for &t in &tokens {
+        got.extend_from_slice(s.eval(t).unwrap());
+    }
+    let worst = worst_diff("tiny-gpt2", &got, &want);
+    eprintln!("tiny-gpt2: default mode, largest logit difference {worst:.2e}");
+    assert!(worst <= 0.05, "tiny-gpt2 default mode: {worst}");
+}

@@ -114,6 +114,15 @@ fn gemma3_loss_gradients_and_adamw_steps_match_pytorch() {
     adamw_losses_match("train-gemma3");
 }
 
+/// GPT-2: learned positions, LayerNorm with biases, the fused q/k/v projection (a view per
+/// part), tanh GELU, tied head; its HF `Conv1D` weights are read transposed.
+#[test]
+fn gpt2_loss_gradients_and_adamw_steps_match_pytorch() {
+    gradients_match("train-gpt2", 2, false);
+    gradients_match("train-gpt2", 1, true);
+    adamw_losses_match("train-gpt2");
+}
+
 /// A sliding window on every layer (Mistral; tinynn-models' `tiny-mistral-swa` fixture, window
 /// 4 of 13 tokens) in the training graph: the loss equals the cross-entropy of transformers'
 /// logits for the same tokens.

@@ -24,12 +24,14 @@ pub struct Embedded {
 /// from a [`Leaves`], attention from an [`Attention`] (KV cache or full sequences), so the same
 /// code builds the inference and the training graph.
 pub trait Decoder: Sync {
-    /// The embeddings of `tokens` (I32 `[n]`).
+    /// The embeddings of `tokens` (I32 `[n]`); `at` gives their positions (`at.rope.pos`) to
+    /// architectures with learned position embeddings.
     fn embed(
         &self,
         g: &mut Graph,
         lv: &mut dyn Leaves,
         hp: &Hparams,
+        at: &Attention<'_>,
         tokens: TensorId,
     ) -> Result<Embedded>;
 
@@ -98,7 +100,7 @@ pub fn trunk(
     at: &mut Attention<'_>,
     tokens: TensorId,
 ) -> Result<Embedded> {
-    let Embedded { mut x, table } = dec.embed(g, lv, hp, tokens)?; // x: [e, n]
+    let Embedded { mut x, table } = dec.embed(g, lv, hp, at, tokens)?; // x: [e, n]
     for layer in 0..hp.n_layer {
         x = dec.block(g, lv, hp, at, layer, x)?; // [e, n]
     }

@@ -29,6 +29,9 @@ pub struct Hparams {
     pub head_dim: usize,
     pub n_ff: usize,
     pub n_vocab: usize,
+    /// The context the model was trained with, when the file states it (GPT-2's position
+    /// table has that many rows).
+    pub n_ctx_train: Option<usize>,
     pub norm_eps: f32,
     pub rope: Rope,
     /// Frequency divisors per rotated pair (Llama 3 scaling), when the config asks for them.
@@ -118,6 +121,9 @@ impl Hparams {
             head_dim,
             n_ff: c.n_ff.ok_or_else(|| missing("the feed-forward length"))? as usize,
             n_vocab: c.n_vocab.ok_or_else(|| missing("the vocabulary size"))? as usize,
+            n_ctx_train: c
+                .n_ctx_train
+                .map(|n| usize::try_from(n).unwrap_or(usize::MAX)),
             norm_eps: c.norm_eps.unwrap_or(1e-5) as f32,
             freq_factors,
             rope,

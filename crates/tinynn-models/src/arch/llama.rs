@@ -62,6 +62,7 @@ impl Decoder for Llama {
         g: &mut Graph,
         lv: &mut dyn Leaves,
         hp: &Hparams,
+        _: &Attention<'_>,
         tokens: TensorId,
     ) -> Result<Embedded> {
         let dims = [hp.n_embd, hp.n_vocab];

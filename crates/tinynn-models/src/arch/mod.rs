@@ -10,6 +10,7 @@
 
 pub mod decoder;
 pub mod gemma;
+pub mod gpt2;
 pub mod hf_names;
 pub mod hparams;
 pub mod llama;
@@ -35,6 +36,9 @@ pub struct Arch {
     pub gguf_qk_permuted: bool,
     /// The HF tensor name of a GGUF tensor name.
     pub hf_name: fn(&str) -> Option<Cow<'static, str>>,
+    /// The HF tensors stored transposed (`[in, out]`, GPT-2's `Conv1D`), by HF name; an HF
+    /// directory's copies of them are transposed once when the model opens.
+    pub hf_transposed: Option<fn(&str) -> bool>,
     /// Its embeddings, blocks, final norm and head.
     pub decoder: &'static dyn Decoder,
     /// `tnn quantize`'s rules for it; `None`: not quantized.
@@ -63,6 +67,7 @@ pub static REGISTRY: &[Arch] = &[
         hf_model_types: &["llama"],
         gguf_qk_permuted: true,
         hf_name: llama::hf_name,
+        hf_transposed: None,
         decoder: &llama::LLAMA,
         quantize: Some(QuantRules {
             class_70b: Class70b::Layers80Gqa,
@@ -74,6 +79,7 @@ pub static REGISTRY: &[Arch] = &[
         hf_model_types: &["mistral"],
         gguf_qk_permuted: true,
         hf_name: llama::hf_name,
+        hf_transposed: None,
         decoder: &llama::MISTRAL,
         quantize: Some(QuantRules {
             class_70b: Class70b::Never,
@@ -85,6 +91,7 @@ pub static REGISTRY: &[Arch] = &[
         hf_model_types: &["qwen2"],
         gguf_qk_permuted: false,
         hf_name: llama::hf_name,
+        hf_transposed: None,
         decoder: &llama::QWEN2,
         quantize: Some(QuantRules {
             class_70b: Class70b::Layers80,
@@ -96,6 +103,7 @@ pub static REGISTRY: &[Arch] = &[
         hf_model_types: &["qwen3"],
         gguf_qk_permuted: false,
         hf_name: llama::hf_name,
+        hf_transposed: None,
         decoder: &llama::QWEN3,
         quantize: Some(QuantRules {
             class_70b: Class70b::Never,
@@ -107,6 +115,7 @@ pub static REGISTRY: &[Arch] = &[
         hf_model_types: &["gemma"],
         gguf_qk_permuted: false,
         hf_name: gemma::hf_name_gemma1,
+        hf_transposed: None,
         decoder: &gemma::GEMMA,
         quantize: Some(QuantRules {
             class_70b: Class70b::Never,
@@ -118,6 +127,7 @@ pub static REGISTRY: &[Arch] = &[
         hf_model_types: &["gemma2"],
         gguf_qk_permuted: false,
         hf_name: gemma::hf_name,
+        hf_transposed: None,
         decoder: &gemma::GEMMA2,
         quantize: Some(QuantRules {
             class_70b: Class70b::Never,
@@ -129,7 +139,20 @@ pub static REGISTRY: &[Arch] = &[
         hf_model_types: &["gemma3_text", "gemma3"],
         gguf_qk_permuted: false,
         hf_name: gemma::hf_name,
+        hf_transposed: None,
         decoder: &gemma::GEMMA3,
+        quantize: Some(QuantRules {
+            class_70b: Class70b::Never,
+        }),
+        train: true,
+    },
+    Arch {
+        name: "gpt2",
+        hf_model_types: &["gpt2"],
+        gguf_qk_permuted: false,
+        hf_name: gpt2::hf_name,
+        hf_transposed: Some(gpt2::hf_transposed),
+        decoder: &gpt2::GPT2,
         quantize: Some(QuantRules {
             class_70b: Class70b::Never,
         }),
@@ -202,16 +225,16 @@ mod tests {
         }
         assert_eq!(
             names(|_| true),
-            "llama, mistral, qwen2, qwen3, gemma, gemma2, gemma3"
+            "llama, mistral, qwen2, qwen3, gemma, gemma2, gemma3, gpt2"
         );
-        assert!(by_name("gpt2").is_none());
+        assert!(by_name("gptneox").is_none());
     }
 
     #[test]
     fn unsupported_architectures_list_the_supported_ones() {
-        let e = ModelError::UnsupportedArchitecture("gpt2".into()).to_string();
+        let e = ModelError::UnsupportedArchitecture("gptneox".into()).to_string();
         assert!(
-            e.contains("'gpt2'") && e.contains("llama, mistral, qwen2, qwen3"),
+            e.contains("'gptneox'") && e.contains("llama, mistral, qwen2, qwen3"),
             "{e}"
         );
     }
