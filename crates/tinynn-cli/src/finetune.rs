@@ -29,7 +29,8 @@ pub struct FinetuneArgs {
     /// LoRA dropout on the adapter's input.
     #[arg(long, default_value_t = 0.05, requires = "lora")]
     pub dropout: f32,
-    /// Projections to adapt: some of q,k,v,o,gate,up,down (or all).
+    /// Projections to adapt: some of q,k,v,o,gate,up,down,qkv (or all); q, k or v adapt a
+    /// fused q/k/v projection (GPT-2) where the model has one.
     #[arg(long, default_value = "q,v", requires = "lora")]
     pub targets: String,
     /// Also write the base with the adapter merged in (DIR/merged.gguf; GGUF bases only).

@@ -22,7 +22,7 @@ use crate::params::NamedTensor;
 use crate::rng::Rng;
 
 /// The projections LoRA can target: short name → GGUF tensor stem.
-pub const MODULES: [(&str, &str); 7] = [
+pub const MODULES: [(&str, &str); 8] = [
     ("q", "attn_q"),
     ("k", "attn_k"),
     ("v", "attn_v"),
@@ -30,16 +30,21 @@ pub const MODULES: [(&str, &str); 7] = [
     ("gate", "ffn_gate"),
     ("up", "ffn_up"),
     ("down", "ffn_down"),
+    ("qkv", "attn_qkv"),
 ];
+
+/// The fused q/k/v projection (GPT-2's `attn_qkv`), which `q`, `k` or `v` also target: a model
+/// that has it has no separate ones (as peft adapts GPT-2's `c_attn` for them).
+const FUSED_QKV: &str = "attn_qkv";
 
 /// A set of [`MODULES`] (bit i = module i).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct Targets(u8);
+pub struct Targets(u16);
 
 impl Targets {
-    /// Parses a comma-separated list of short names (`q,k,v,o,gate,up,down`, or `all`).
+    /// Parses a comma-separated list of short names (`q,k,v,o,gate,up,down,qkv`, or `all`).
     pub fn parse(s: &str) -> Result<Targets> {
-        let mut bits = 0u8;
+        let mut bits = 0u16;
         for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
             if part == "all" {
                 bits = (1 << MODULES.len()) - 1;
@@ -50,7 +55,7 @@ impl Targets {
                 .position(|(short, stem)| *short == part || *stem == part)
                 .ok_or_else(|| {
                     TrainError::Invalid(format!(
-                        "unknown LoRA target '{part}' (expected some of q,k,v,o,gate,up,down)"
+                        "unknown LoRA target '{part}' (expected some of q,k,v,o,gate,up,down,qkv)"
                     ))
                 })?;
             bits |= 1 << i;
@@ -72,10 +77,17 @@ impl Targets {
         if layer.is_empty() || !layer.bytes().all(|b| b.is_ascii_digit()) {
             return false;
         }
+        let Some(stem) = tail.strip_suffix(".weight") else {
+            return false;
+        };
+        let chosen = |i: usize| self.0 & (1 << i) != 0;
+        if stem == FUSED_QKV && (0..3).any(chosen) {
+            return true;
+        }
         MODULES
             .iter()
             .enumerate()
-            .any(|(i, (_, stem))| self.0 & (1 << i) != 0 && tail == format!("{stem}.weight"))
+            .any(|(i, (_, s))| chosen(i) && stem == *s)
     }
 
     /// The short names, comma-separated.
@@ -208,9 +220,18 @@ mod tests {
         assert_eq!(t.to_list(), "q,v");
         assert_eq!(
             Targets::parse("all").unwrap().to_list(),
-            "q,k,v,o,gate,up,down"
+            "q,k,v,o,gate,up,down,qkv"
         );
         assert!(Targets::parse("q,zz").is_err() && Targets::parse("").is_err());
+        // A fused q/k/v projection is adapted for any of q, k, v (or qkv), not for o alone.
+        assert!(t.covers("blk.1.attn_qkv.weight"));
+        assert!(Targets::parse("qkv")
+            .unwrap()
+            .covers("blk.1.attn_qkv.weight"));
+        assert!(!Targets::parse("o,up")
+            .unwrap()
+            .covers("blk.1.attn_qkv.weight"));
+        assert!(!t.covers("blk.1.attn_qkv.bias"));
     }
 
     #[test]
