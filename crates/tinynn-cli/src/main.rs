@@ -2,6 +2,7 @@
 
 mod bench;
 mod chat;
+mod convert;
 mod finetune;
 mod generate;
 mod inspect;
@@ -44,6 +45,8 @@ enum Command {
     Bench(bench::BenchArgs),
     /// Convert a GGUF model to another type (F16, Q8_0, Q4_K_M, ...).
     Quantize(quantize::QuantizeArgs),
+    /// Convert a Hugging Face model directory to GGUF (F16, F32, BF16, or quantized).
+    Convert(convert::ConvertArgs),
     /// Fine-tune a model on a data file: every weight, or a LoRA adapter (--lora).
     Finetune(Box<finetune::FinetuneArgs>),
     /// Train a model from scratch from a JSON config.
@@ -89,6 +92,7 @@ fn main() -> ExitCode {
         Command::Bench(args) => bench::run(&args),
         Command::Perplexity(args) => perplexity::run(&args),
         Command::Quantize(args) => quantize::run(&args),
+        Command::Convert(args) => convert::run(&args),
         Command::Tokenize(args) => tokenize::run(&args),
         Command::Serve(args) => serve::run(&args),
         Command::Finetune(args) => finetune::run(&args),

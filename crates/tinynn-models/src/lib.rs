@@ -18,6 +18,7 @@ pub mod arch;
 pub mod bench;
 pub mod chat;
 pub mod common;
+pub mod convert;
 pub mod embed;
 pub mod forward;
 pub mod generate;

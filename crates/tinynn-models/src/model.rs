@@ -57,7 +57,7 @@ impl std::fmt::Debug for Model {
     }
 }
 
-fn first(ids: &Option<TokenIds>) -> Option<u32> {
+pub(crate) fn first(ids: &Option<TokenIds>) -> Option<u32> {
     match ids {
         Some(TokenIds::One(i)) => u32::try_from(*i).ok(),
         Some(TokenIds::Many(v)) => v.first().and_then(|&i| u32::try_from(i).ok()),

@@ -45,6 +45,9 @@ pub struct Arch {
     pub quantize: Option<QuantRules>,
     /// The trainer (`tnn finetune`, `tnn train`) takes it.
     pub train: bool,
+    /// llama.cpp's converter stores its norm weights as `1 + w` (transformers' Gemma norms
+    /// multiply by `1 + w` and store `w`).
+    pub gguf_norm_plus_one: bool,
 }
 
 impl std::fmt::Debug for Arch {
@@ -73,6 +76,7 @@ pub static REGISTRY: &[Arch] = &[
             class_70b: Class70b::Layers80Gqa,
         }),
         train: true,
+        gguf_norm_plus_one: false,
     },
     Arch {
         name: "mistral",
@@ -85,6 +89,7 @@ pub static REGISTRY: &[Arch] = &[
             class_70b: Class70b::Never,
         }),
         train: true,
+        gguf_norm_plus_one: false,
     },
     Arch {
         name: "qwen2",
@@ -97,6 +102,7 @@ pub static REGISTRY: &[Arch] = &[
             class_70b: Class70b::Layers80,
         }),
         train: true,
+        gguf_norm_plus_one: false,
     },
     Arch {
         name: "qwen3",
@@ -109,6 +115,7 @@ pub static REGISTRY: &[Arch] = &[
             class_70b: Class70b::Never,
         }),
         train: true,
+        gguf_norm_plus_one: false,
     },
     Arch {
         name: "gemma",
@@ -121,6 +128,7 @@ pub static REGISTRY: &[Arch] = &[
             class_70b: Class70b::Never,
         }),
         train: true,
+        gguf_norm_plus_one: true,
     },
     Arch {
         name: "gemma2",
@@ -133,6 +141,7 @@ pub static REGISTRY: &[Arch] = &[
             class_70b: Class70b::Never,
         }),
         train: true,
+        gguf_norm_plus_one: true,
     },
     Arch {
         name: "gemma3",
@@ -145,6 +154,7 @@ pub static REGISTRY: &[Arch] = &[
             class_70b: Class70b::Never,
         }),
         train: true,
+        gguf_norm_plus_one: true,
     },
     Arch {
         name: "gpt2",
@@ -157,6 +167,7 @@ pub static REGISTRY: &[Arch] = &[
             class_70b: Class70b::Never,
         }),
         train: true,
+        gguf_norm_plus_one: false,
     },
 ];
 
