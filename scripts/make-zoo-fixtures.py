@@ -17,7 +17,8 @@ import sys
 import torch
 from transformers import (Gemma2Config, Gemma2ForCausalLM, Gemma3ForCausalLM, Gemma3TextConfig,
                           GemmaConfig, GemmaForCausalLM, GPT2Config, GPT2LMHeadModel,
-                          MistralConfig, MistralForCausalLM)
+                          GPTNeoXConfig, GPTNeoXForCausalLM, MistralConfig, MistralForCausalLM,
+                          Phi3Config, Phi3ForCausalLM)
 
 out_root = sys.argv[1]
 TOKENS = [1, 17, 42, 5, 63, 8, 31, 2, 40, 11, 26, 9, 300, 257]
@@ -70,6 +71,24 @@ models = {
                              bos_token_id=1, eos_token_id=2,
                              torch_dtype="float32"),
                   GPT2LMHeadModel),
+    # Parallel residual, RoPE on a quarter of each head, q/k/v fused and interleaved per head,
+    # LayerNorm with biases, exact GELU, untied head.
+    "tiny-gptneox": (GPTNeoXConfig(vocab_size=320, hidden_size=32, num_hidden_layers=2,
+                                   num_attention_heads=4, intermediate_size=64,
+                                   max_position_embeddings=64, rotary_pct=0.25,
+                                   rotary_emb_base=10000, layer_norm_eps=1e-5,
+                                   use_parallel_residual=True, hidden_act="gelu",
+                                   tie_word_embeddings=False, bos_token_id=1, eos_token_id=2,
+                                   torch_dtype="float32"),
+                     GPTNeoXForCausalLM),
+    # Fused q/k/v and gate/up projections, a 4-token sliding window on every layer, untied head.
+    "tiny-phi3": (Phi3Config(vocab_size=320, hidden_size=32, intermediate_size=48,
+                             num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                             max_position_embeddings=128, original_max_position_embeddings=128,
+                             rms_norm_eps=1e-5, rope_theta=10000.0, sliding_window=4,
+                             tie_word_embeddings=False, bos_token_id=1, eos_token_id=2,
+                             pad_token_id=0, torch_dtype="float32"),
+                  Phi3ForCausalLM),
 }
 
 only = sys.argv[2:]  # names to make (default: all)
@@ -83,7 +102,7 @@ for name, (config, cls) in models.items():
     gemma = name.startswith("tiny-gemma")
     with torch.no_grad():
         for n, p in model.named_parameters():
-            if "norm" in n or (".ln_" in n and n.endswith(".weight")):
+            if ("norm" in n or ".ln_" in n) and n.endswith(".weight"):
                 p.uniform_(-0.5, 0.5) if gemma else p.uniform_(0.5, 1.5)
             else:
                 p.normal_(0.0, 0.2)

@@ -20,7 +20,8 @@ import torch
 import torch.nn.functional as F
 from safetensors.torch import save_file
 from transformers import (Gemma2Config, Gemma2ForCausalLM, Gemma3ForCausalLM, Gemma3TextConfig,
-                          GemmaConfig, GemmaForCausalLM, GPT2Config, GPT2LMHeadModel)
+                          GemmaConfig, GemmaForCausalLM, GPT2Config, GPT2LMHeadModel,
+                          GPTNeoXConfig, GPTNeoXForCausalLM)
 
 out_root = sys.argv[1]
 BATCH, SEQ, VOCAB = 2, 16, 256
@@ -63,7 +64,39 @@ models = {
                               initializer_range=0.1, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
                               bos_token_id=1, eos_token_id=2, torch_dtype="float32"),
                    GPT2LMHeadModel),
+    # Parallel residual, RoPE on a quarter of each head, q/k/v interleaved per head, exact GELU.
+    "train-gptneox": (GPTNeoXConfig(vocab_size=VOCAB, hidden_size=64, num_hidden_layers=2,
+                                    num_attention_heads=4, intermediate_size=96,
+                                    max_position_embeddings=64, rotary_pct=0.25,
+                                    rotary_emb_base=10000, layer_norm_eps=1e-5,
+                                    use_parallel_residual=True, hidden_act="gelu",
+                                    initializer_range=0.1, hidden_dropout=0.0, attention_dropout=0.0,
+                                    tie_word_embeddings=False, bos_token_id=1, eos_token_id=2,
+                                    torch_dtype="float32"),
+                      GPTNeoXForCausalLM),
 }
+
+NEOX_FIXED = {"gpt_neox.embed_in.weight": "token_embd.weight", "embed_out.weight": "output.weight",
+              "lm_head.weight": "output.weight",
+              "gpt_neox.final_layer_norm.weight": "output_norm.weight",
+              "gpt_neox.final_layer_norm.bias": "output_norm.bias"}
+NEOX_MODULES = {"input_layernorm": "attn_norm", "attention.query_key_value": "attn_qkv",
+                "attention.dense": "attn_output", "post_attention_layernorm": "ffn_norm",
+                "mlp.dense_h_to_4h": "ffn_up", "mlp.dense_4h_to_h": "ffn_down"}
+
+
+def gguf_name_neox(hf):
+    if hf in NEOX_FIXED:
+        return NEOX_FIXED[hf]
+    parts = hf.split(".")  # gpt_neox.layers.L.<module...>.<kind>
+    return f"blk.{parts[2]}.{NEOX_MODULES['.'.join(parts[3:-1])]}.{parts[-1]}"
+
+
+def neox_regroup(grad, n_head):
+    # HF interleaves q/k/v per head ([h][q|k|v][d]); GGUF holds all q, then all k, then all v.
+    rows = grad.shape[0]
+    g = grad.reshape(n_head, 3, rows // (3 * n_head), *grad.shape[1:])
+    return g.transpose(0, 1).reshape(grad.shape)
 
 GPT2_FIXED = {"transformer.wte.weight": "token_embd.weight", "transformer.wpe.weight": "position_embd.weight",
               "transformer.ln_f.weight": "output_norm.weight", "transformer.ln_f.bias": "output_norm.bias"}
@@ -109,14 +142,16 @@ for name, (config, cls) in models.items():
     model = cls(config).float().eval()
     # Gemma's norms multiply by 1 + w and start at w = 0; move them off 0. GPT-2's
     # LayerNorms (weight 1, bias 0) and biases (0) move off their starting values too.
-    gpt2 = name == "train-gpt2"
+    gpt2, neox = name == "train-gpt2", name == "train-gptneox"
     with torch.no_grad():
         for n, p in model.named_parameters():
-            if "norm" in n:
+            if neox and "layernorm" in n or neox and "layer_norm" in n:
+                p.uniform_(0.5, 1.5) if n.endswith(".weight") else p.normal_(0.0, 0.1)
+            elif "norm" in n:
                 p.uniform_(-0.5, 0.5)
             elif gpt2 and ".ln_" in n and n.endswith(".weight"):
                 p.uniform_(0.5, 1.5)
-            elif gpt2 and n.endswith(".bias"):
+            elif (gpt2 or neox) and n.endswith(".bias"):
                 p.normal_(0.0, 0.1)
     out = os.path.join(out_root, name)
     os.makedirs(out, exist_ok=True)
@@ -137,7 +172,11 @@ for name, (config, cls) in models.items():
     grads = {}
     for n, p in model.named_parameters():
         grad = p.grad.detach().clone()
-        if gpt2:
+        if neox:
+            if "query_key_value" in n:
+                grad = neox_regroup(grad, config.num_attention_heads)
+            grads[gguf_name_neox(n)] = grad.contiguous()
+        elif gpt2:
             # HF Conv1D weights are [in, out]; GGUF's (PyTorch-shaped) are [out, in].
             if grad.dim() == 2 and any(n.endswith(m + ".weight") for m in (".c_attn", ".c_proj", ".c_fc")):
                 grad = grad.t()

@@ -32,6 +32,8 @@ pub struct HfRopeScaling {
     pub long_factor: Option<Vec<f64>>,
     /// transformers ≥ 5 keeps the base frequency here (`rope_parameters`).
     pub rope_theta: Option<f64>,
+    /// transformers ≥ 5 keeps GPT-NeoX's rotated fraction here too.
+    pub partial_rotary_factor: Option<f64>,
     /// transformers ≥ 5, models with two kinds of layers (Gemma 3): the settings of the
     /// global layers and of the sliding-window layers.
     pub full_attention: Option<Box<HfRopeScaling>>,
@@ -66,6 +68,13 @@ pub struct HfConfig {
     pub rope_parameters: Option<HfRopeScaling>,
     pub partial_rotary_factor: Option<f64>,
     pub tie_word_embeddings: Option<bool>,
+    // GPT-NeoX names.
+    /// The fraction of each head RoPE turns (older configs; newer ones say
+    /// `partial_rotary_factor`).
+    pub rotary_pct: Option<f64>,
+    pub rotary_emb_base: Option<f64>,
+    pub use_parallel_residual: Option<bool>,
+    pub layer_norm_eps: Option<f64>,
     pub attention_bias: Option<bool>,
     pub hidden_act: Option<String>,
     pub hidden_activation: Option<String>,
@@ -116,6 +125,17 @@ impl HfConfig {
     pub fn rope_theta(&self) -> Option<f64> {
         self.rope_theta
             .or_else(|| self.rope_parameters_global().and_then(|p| p.rope_theta))
+            .or(self.rotary_emb_base)
+    }
+
+    /// The fraction of each head RoPE turns, wherever the config keeps it.
+    pub fn partial_rotary(&self) -> Option<f64> {
+        self.partial_rotary_factor
+            .or_else(|| {
+                self.rope_parameters_global()
+                    .and_then(|p| p.partial_rotary_factor)
+            })
+            .or(self.rotary_pct)
     }
 
     /// RoPE's base frequency of the sliding-window layers, when `rope_parameters` has one.

@@ -20,6 +20,7 @@ pub enum Architecture {
     Gemma3,
     Phi3,
     Gpt2,
+    GptNeox,
     /// A family tinynn does not know; the name is kept as the file gives it.
     Other(String),
 }
@@ -37,6 +38,7 @@ impl Architecture {
             "gemma3" => Architecture::Gemma3,
             "phi3" => Architecture::Phi3,
             "gpt2" => Architecture::Gpt2,
+            "gptneox" => Architecture::GptNeox,
             other => Architecture::Other(other.to_string()),
         }
     }
@@ -45,6 +47,7 @@ impl Architecture {
     pub fn from_hf_model_type(model_type: &str) -> Architecture {
         match model_type {
             "gemma3_text" => Architecture::Gemma3,
+            "gpt_neox" => Architecture::GptNeox,
             other => Architecture::from_gguf_name(other),
         }
     }
@@ -61,6 +64,7 @@ impl Architecture {
             Architecture::Gemma3 => "gemma3",
             Architecture::Phi3 => "phi3",
             Architecture::Gpt2 => "gpt2",
+            Architecture::GptNeox => "gptneox",
             Architecture::Other(s) => s,
         }
     }
@@ -120,6 +124,9 @@ pub struct ModelConfig {
     pub rope_freq_base: Option<f64>,
     pub rope_scaling: RopeScaling,
     pub tie_word_embeddings: Option<bool>,
+    /// Attention and feed-forward both read the block's input and add to it (GPT-NeoX's
+    /// `use_parallel_residual`); `None`: the architecture's way.
+    pub parallel_residual: Option<bool>,
     /// Sliding-window attention, per-layer RoPE bases and logit soft-capping (Gemma,
     /// Mistral, Phi-3); all `None` for plain causal attention.
     pub attn: AttentionExtras,
@@ -438,6 +445,7 @@ impl ModelConfig {
             rope_freq_base: g.get_f64(Key::RopeFreqBase)?,
             rope_scaling,
             tie_word_embeddings: Some(!has_output && g.tensor_info("token_embd.weight").is_some()),
+            parallel_residual: g.get_bool(Key::UseParallelResidual)?,
             attn: AttentionExtras {
                 sliding_window: g.get_u64(Key::SlidingWindow)?,
                 swa_pattern: gguf_swa_pattern(g)?,
@@ -510,7 +518,7 @@ impl ModelConfig {
                 .intermediate_size
                 .or(c.n_inner)
                 .or(gpt2.then_some(n_embd.saturating_mul(4))),
-            norm_eps: c.rms_norm_eps.or(c.layer_norm_epsilon),
+            norm_eps: c.rms_norm_eps.or(c.layer_norm_epsilon).or(c.layer_norm_eps),
             rope_dims: None,
             rope_freq_base: if gpt2 {
                 None
@@ -519,6 +527,7 @@ impl ModelConfig {
             },
             rope_scaling,
             tie_word_embeddings: Some(c.tie_word_embeddings.unwrap_or(gpt2)),
+            parallel_residual: c.use_parallel_residual,
             attn: AttentionExtras {
                 sliding_window: c.sliding_window,
                 swa_pattern: hf_swa_pattern(c)?,
@@ -530,7 +539,7 @@ impl ModelConfig {
         };
         let mut config = assemble(config, c.head_dim)?;
         if !gpt2 {
-            let fraction = c.partial_rotary_factor.unwrap_or(1.0);
+            let fraction = c.partial_rotary().unwrap_or(1.0);
             if !(fraction > 0.0 && fraction <= 1.0) {
                 return Err(ConfigError::Invalid {
                     field: "partial_rotary_factor".into(),

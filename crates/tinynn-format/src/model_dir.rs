@@ -51,12 +51,50 @@ pub struct HfModelDir {
     upcast: Vec<f32>,
     /// Tensor name → its element range in `upcast`.
     upcast_at: HashMap<String, std::ops::Range<usize>>,
-    /// Transposed copies of 2-D tensors stored `[in, out]`, made by the first
-    /// [`HfModelDir::transpose_2d`].
+    /// Rearranged copies of tensors stored in another layout, made by the first
+    /// [`HfModelDir::rearrange`].
     transposed: std::sync::OnceLock<Transposed>,
 }
 
-/// Transposed copies of matrices, back to back in an anonymous map, each starting on a
+/// How [`HfModelDir::rearrange`] reorders a tensor (PyTorch shape, outermost first).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Rearrange {
+    /// A matrix `[rows, cols]` becomes `[cols, rows]` (the shape then reads reversed).
+    Transpose,
+    /// The outermost dimension's rows, `groups` groups of `parts` parts (each part the same
+    /// number of rows), regrouped as part-major: row `(g, p, i)` moves to `(p, g, i)`.
+    GroupRows { groups: usize, parts: usize },
+}
+
+impl Rearrange {
+    /// `data` (`shape`, `elem`-byte values) rearranged into `out` (the same size).
+    fn apply(self, data: &[u8], shape: &[usize], elem: usize, out: &mut [u8]) {
+        match self {
+            Rearrange::Transpose => {
+                let (rows, cols) = (shape[0], shape[1]);
+                // Element (r, c) of [rows, cols] goes to (c, r) of [cols, rows].
+                for r in 0..rows {
+                    for c in 0..cols {
+                        let (from, to) = ((r * cols + c) * elem, (c * rows + r) * elem);
+                        out[to..to + elem].copy_from_slice(&data[from..from + elem]);
+                    }
+                }
+            }
+            Rearrange::GroupRows { groups, parts } => {
+                let row = data.len() / shape[0];
+                let per = shape[0] / (groups * parts) * row;
+                for g in 0..groups {
+                    for p in 0..parts {
+                        let (from, to) = ((g * parts + p) * per, (p * groups + g) * per);
+                        out[to..to + per].copy_from_slice(&data[from..from + per]);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Rearranged copies of tensors, back to back in an anonymous map, each starting on a
 /// 64-byte boundary.
 #[derive(Default)]
 struct Transposed {
@@ -153,14 +191,15 @@ impl HfModelDir {
         })
     }
 
-    /// Makes a transposed copy of every 2-D F32, F16 or BF16 tensor `select` names (by its
-    /// name in the files), which [`HfModelDir::transposed`] then gives instead of the file's
-    /// bytes: for checkpoints that store some matrices `[in, out]` (GPT-2's `Conv1D`) where
-    /// everything else is `[out, in]`. Only the first successful call makes copies (later ones
-    /// return at once). The copies take as much memory as the tensors; their bytes were
-    /// checked present when the files were opened. Any other dtype or rank is an error naming
+    /// Makes a rearranged copy of every F32, F16 or BF16 tensor `plan` names (by its name in
+    /// the files), which [`HfModelDir::transposed`] then gives instead of the file's bytes: for
+    /// checkpoints that store some tensors in another layout than every other model (GPT-2's
+    /// `Conv1D` weights `[in, out]`, GPT-NeoX's q/k/v rows interleaved per head). Only the
+    /// first successful call makes copies (later ones return at once). The copies take as
+    /// much memory as the tensors; their bytes were checked present when the files were
+    /// opened. Another dtype, or a shape the rearrangement does not fit, is an error naming
     /// the tensor.
-    pub fn transpose_2d(&self, select: impl Fn(&str) -> bool) -> Result<()> {
+    pub fn rearrange(&self, plan: impl Fn(&str) -> Option<Rearrange>) -> Result<()> {
         if self.transposed.get().is_some() {
             return Ok(());
         }
@@ -171,7 +210,10 @@ impl HfModelDir {
         let mut len = 0usize;
         for shard in &self.shards {
             for t in shard.tensors() {
-                if !select(&t.name) || tr.at.contains_key(&t.name) {
+                let Some(how) = plan(&t.name) else {
+                    continue;
+                };
+                if tr.at.contains_key(&t.name) {
                     continue;
                 }
                 let elem = match t.dtype {
@@ -181,42 +223,43 @@ impl HfModelDir {
                         return Err(Error::invalid(
                             &self.dir,
                             format!(
-                                "{}: {other:?} cannot be transposed (F32, F16 and BF16 can)",
+                                "{}: {other:?} cannot be rearranged (F32, F16 and BF16 can)",
                                 t.name
                             ),
                         ))
                     }
                 };
-                let [rows, cols] = t.shape[..] else {
-                    return Err(Error::invalid(
-                        &self.dir,
-                        format!("{}: shape {:?} is not a matrix", t.name, t.shape),
-                    ));
-                };
                 let data = shard.tensor_data(t);
-                if rows.checked_mul(cols).and_then(|n| n.checked_mul(elem)) != Some(data.len()) {
+                let n: Option<usize> = t.shape.iter().try_fold(1usize, |a, &d| a.checked_mul(d));
+                if n.and_then(|n| n.checked_mul(elem)) != Some(data.len()) {
                     return Err(Error::invalid(
                         &self.dir,
                         format!("{}: {} bytes for shape {:?}", t.name, data.len(), t.shape),
                     ));
                 }
+                let fits = match how {
+                    Rearrange::Transpose => t.shape.len() == 2,
+                    Rearrange::GroupRows { groups, parts } => {
+                        let rows = t.shape.first().copied().unwrap_or(0);
+                        groups > 0 && parts > 0 && rows % (groups * parts) == 0 && rows > 0
+                    }
+                };
+                if !fits {
+                    return Err(Error::invalid(
+                        &self.dir,
+                        format!("{}: shape {:?} does not fit {how:?}", t.name, t.shape),
+                    ));
+                }
                 let start = len.next_multiple_of(64);
                 len = start + data.len();
                 tr.at.insert(t.name.clone(), start..len);
-                selected.push((data, start, rows, cols, elem));
+                selected.push((data, start, t.shape.clone(), elem, how));
             }
         }
         if len > 0 {
             let mut map = memmap2::MmapMut::map_anon(len).map_err(|e| Error::io(&self.dir, e))?;
-            for (data, start, rows, cols, elem) in selected {
-                let out = &mut map[start..start + data.len()];
-                // Element (r, c) of the [rows, cols] original goes to (c, r) of [cols, rows].
-                for r in 0..rows {
-                    for c in 0..cols {
-                        let (from, to) = ((r * cols + c) * elem, (c * rows + r) * elem);
-                        out[to..to + elem].copy_from_slice(&data[from..from + elem]);
-                    }
-                }
+            for (data, start, shape, elem, how) in selected {
+                how.apply(data, &shape, elem, &mut map[start..start + data.len()]);
             }
             tr.map = Some(map);
         }
@@ -225,15 +268,15 @@ impl HfModelDir {
         Ok(())
     }
 
-    /// The transposed copy of `name` made by [`HfModelDir::transpose_2d`] (its shape is the
-    /// file's, reversed), when there is one.
+    /// The rearranged copy of `name` made by [`HfModelDir::rearrange`] (a transposed one's
+    /// shape is the file's reversed), when there is one.
     pub fn transposed(&self, name: &str) -> Option<&[u8]> {
         let range = self.transposed.get()?.at.get(name)?;
         Some(&self.transposed_bytes()[range.clone()])
     }
 
     /// Every copy of [`HfModelDir::transposed`], back to back (empty before
-    /// [`HfModelDir::transpose_2d`]).
+    /// [`HfModelDir::rearrange`]).
     pub fn transposed_bytes(&self) -> &[u8] {
         match self.transposed.get().and_then(|t| t.map.as_ref()) {
             Some(m) => m,

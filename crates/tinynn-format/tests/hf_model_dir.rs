@@ -5,7 +5,7 @@ use std::path::Path;
 use serde_json::json;
 use tinynn_format::hf_config::HfConfig;
 use tinynn_format::model_config::{Architecture, ModelConfig, RopeScaling, SwaPattern};
-use tinynn_format::model_dir::HfModelDir;
+use tinynn_format::model_dir::{HfModelDir, Rearrange};
 use tinynn_format::safetensors::{Dtype, SafetensorsFile, SafetensorsHeader};
 use tinynn_format::Error;
 
@@ -456,8 +456,8 @@ fn gguf_block_count_must_match_the_blocks_present() {
     assert!(err.contains("more than the limit of 4096"), "{err}");
 }
 
-/// `transpose_2d` copies the selected matrices transposed (F32 and F16 alike), leaves the
-/// others to the file, is done once, and refuses what is not a matrix.
+/// `rearrange` copies the selected matrices transposed (F32 and F16 alike), leaves the others
+/// to the file, is done once, refuses what does not fit, and regroups rows part-major.
 #[test]
 fn selected_matrices_are_transposed_once() {
     let dir = tempfile::tempdir().unwrap();
@@ -481,12 +481,16 @@ fn selected_matrices_are_transposed_once() {
 
     let d = HfModelDir::open(dir.path()).unwrap();
     assert!(d.transposed("a").is_none() && d.transposed_bytes().is_empty());
-    let refused = d.transpose_2d(|n| n == "c").unwrap_err().to_string();
+    let t = |n: &str| (n == "a" || n == "b").then_some(Rearrange::Transpose);
+    let refused = d
+        .rearrange(|n| (n == "c").then_some(Rearrange::Transpose))
+        .unwrap_err()
+        .to_string();
     assert!(
-        refused.contains("c: shape [4] is not a matrix"),
+        refused.contains("c: shape [4] does not fit Transpose"),
         "{refused}"
     );
-    d.transpose_2d(|n| n == "a" || n == "b").unwrap();
+    d.rearrange(t).unwrap();
     let f32s = |x: &[u8]| -> Vec<f32> {
         x.chunks_exact(4)
             .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
@@ -503,6 +507,33 @@ fn selected_matrices_are_transposed_once() {
     assert_eq!(d.transposed("b").unwrap().as_ptr() as usize % 64, 0);
     assert!(d.transposed("c").is_none());
     // A later call with another selection changes nothing.
-    d.transpose_2d(|_| true).unwrap();
+    d.rearrange(|_| Some(Rearrange::Transpose)).unwrap();
     assert!(d.transposed("c").is_none());
+
+    // Rows of 2 groups × 3 parts (1 row each) of a [6, 1] tensor regrouped part-major.
+    let dir = tempfile::tempdir().unwrap();
+    write_config(dir.path());
+    let rows: Vec<u8> = (0..6).flat_map(|i| (i as f32).to_le_bytes()).collect();
+    let header = json!({"qkv": {"dtype": "F32", "shape": [6, 1], "data_offsets": [0, 24]}});
+    let h = serde_json::to_vec(&header).unwrap();
+    let mut bytes = (h.len() as u64).to_le_bytes().to_vec();
+    bytes.extend_from_slice(&h);
+    bytes.extend(&rows);
+    write(dir.path(), "model.safetensors", &bytes);
+    let d = HfModelDir::open(dir.path()).unwrap();
+    let bad = d.rearrange(|_| {
+        Some(Rearrange::GroupRows {
+            groups: 4,
+            parts: 3,
+        })
+    });
+    assert!(bad.unwrap_err().to_string().contains("does not fit"));
+    d.rearrange(|_| {
+        Some(Rearrange::GroupRows {
+            groups: 2,
+            parts: 3,
+        })
+    })
+    .unwrap();
+    assert_eq!(f32s(d.transposed("qkv").unwrap()), [0., 3., 1., 4., 2., 5.]);
 }

@@ -107,10 +107,9 @@ impl Model {
     pub fn from_hf(dir: HfModelDir) -> Result<Arc<Model>> {
         let config = ModelConfig::from_hf(&dir.config)?;
         let model_type = dir.config.model_type.as_deref().unwrap_or("");
-        if let Some(transposed) =
-            crate::arch::by_hf_model_type(model_type).and_then(|a| a.hf_transposed)
+        if let Some(plan) = crate::arch::by_hf_model_type(model_type).and_then(|a| a.hf_rearranged)
         {
-            dir.transpose_2d(transposed)?;
+            dir.rearrange(|n| plan(n, &config))?;
         }
         let text = match &dir.tokenizer_json {
             None => Err(format!("{}: no tokenizer.json", dir.dir.display())),

@@ -70,9 +70,10 @@ impl<'a> WeightSource<'a> {
                 let model_type = d.config.model_type.as_deref().unwrap_or("");
                 let arch = arch::by_hf_model_type(model_type)
                     .ok_or_else(|| ModelError::UnsupportedArchitecture(model_type.to_string()))?;
-                if let Some(transposed) = arch.hf_transposed {
+                if let Some(plan) = arch.hf_rearranged {
                     // Made once, on first use (`Model::from_hf` asks at open).
-                    d.transpose_2d(transposed)?;
+                    let c = ModelConfig::from_hf(&d.config)?;
+                    d.rearrange(|n| plan(n, &c))?;
                 }
                 let Some(hf) = (arch.hf_name)(name) else {
                     return Ok(None);
@@ -82,16 +83,28 @@ impl<'a> WeightSource<'a> {
                 let bare = hf
                     .strip_prefix("model.")
                     .or_else(|| hf.strip_prefix("transformer."));
+                // Older GPT-NeoX checkpoints name the head embed_out, newer ones lm_head.
+                let alias = (hf == "embed_out.weight").then_some("lm_head.weight");
                 let Some((hf, (file, t))) = d
                     .tensor(&hf)
                     .map(|found| (hf.to_string(), found))
                     .or_else(|| bare.and_then(|b| Some((b.to_string(), d.tensor(b)?))))
+                    .or_else(|| alias.and_then(|a| Some((a.to_string(), d.tensor(a)?))))
                 else {
                     return Ok(None);
                 };
                 if let Some(data) = d.transposed(&hf) {
-                    // Stored [in, out]: the copy is [out, in], whose ggml dims are the file's.
-                    let dims = t.shape.iter().map(|&d| d as u64).collect();
+                    // A transposed copy is [out, in], whose ggml dims are the file's; regrouped
+                    // rows keep the file's shape.
+                    let transposed = arch
+                        .hf_rearranged
+                        .and_then(|plan| plan(&hf, &ModelConfig::from_hf(&d.config).ok()?))
+                        == Some(tinynn_format::model_dir::Rearrange::Transpose);
+                    let dims = if transposed {
+                        t.shape.iter().map(|&d| d as u64).collect()
+                    } else {
+                        t.shape.iter().rev().map(|&d| d as u64).collect()
+                    };
                     return Ok(Some(Weight {
                         dtype: dtype_of(&hf, t.dtype)?,
                         dims,

@@ -16,7 +16,7 @@ use tinynn_models::model::Model;
 use tinynn_models::quantize::{quantize_file, Options, Target};
 use tinynn_models::session::{Session, SessionOptions};
 
-const FIXTURES: [&str; 10] = [
+const FIXTURES: [&str; 11] = [
     "tiny-llama",
     "tiny-llama3",
     "tiny-llama-yarn",
@@ -27,6 +27,7 @@ const FIXTURES: [&str; 10] = [
     "tiny-gemma2",
     "tiny-gemma3",
     "tiny-gpt2",
+    "tiny-gptneox",
 ];
 
 fn dir(name: &str) -> PathBuf {

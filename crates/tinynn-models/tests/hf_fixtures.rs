@@ -257,3 +257,12 @@ fn tiny_gpt2_matches_transformers() {
     eprintln!("tiny-gpt2: default mode, largest logit difference {worst:.2e}");
     assert!(worst <= 0.05, "tiny-gpt2 default mode: {worst}");
 }
+
+/// GPT-NeoX: parallel residual, RoPE on a quarter of each head, q/k/v fused and interleaved
+/// per head in HF (regrouped at load), LayerNorm with biases, exact GELU, untied head.
+#[test]
+fn tiny_gptneox_matches_transformers() {
+    check("tiny-gptneox");
+    check_decode("tiny-gptneox");
+    check_batched("tiny-gptneox");
+}

@@ -100,6 +100,7 @@ impl ScratchConfig {
             rope_freq_base: Some(self.rope_freq_base),
             rope_scaling: RopeScaling::None,
             tie_word_embeddings: Some(self.tie_word_embeddings),
+            parallel_residual: None,
             attn: Default::default(),
         })
     }

@@ -123,6 +123,15 @@ fn gpt2_loss_gradients_and_adamw_steps_match_pytorch() {
     adamw_losses_match("train-gpt2");
 }
 
+/// GPT-NeoX: parallel residual, partial RoPE, HF's per-head interleaved q/k/v regrouped at
+/// load, exact GELU, untied head.
+#[test]
+fn gptneox_loss_gradients_and_adamw_steps_match_pytorch() {
+    gradients_match("train-gptneox", 2, false);
+    gradients_match("train-gptneox", 1, true);
+    adamw_losses_match("train-gptneox");
+}
+
 /// A sliding window on every layer (Mistral; tinynn-models' `tiny-mistral-swa` fixture, window
 /// 4 of 13 tokens) in the training graph: the loss equals the cross-entropy of transformers'
 /// logits for the same tokens.

@@ -55,6 +55,7 @@ keys! {
     SlidingWindowPattern => "{arch}.attention.sliding_window_pattern",
     AttnLogitSoftcapping => "{arch}.attn_logit_softcapping",
     FinalLogitSoftcapping => "{arch}.final_logit_softcapping",
+    UseParallelResidual => "{arch}.use_parallel_residual",
     RopeDimensionCount => "{arch}.rope.dimension_count",
     RopeFreqBase => "{arch}.rope.freq_base",
     RopeFreqBaseSwa => "{arch}.rope.freq_base_swa",

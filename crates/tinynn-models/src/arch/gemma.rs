@@ -200,6 +200,7 @@ impl Decoder for Gemma {
             rope_freq_base_swa: self.rope_freq_base_swa,
             scale_embeddings: true,
             attn_scale: (self.swa_period > 0).then_some(gguf_attn_scale as fn(&ModelConfig) -> f32),
+            parallel_residual: false,
         }
     }
 }

@@ -11,7 +11,7 @@
 //!
 //! Every norm is a LayerNorm with a bias. transformers keeps the projections as `Conv1D`
 //! modules whose weights are stored `[in, out]`, the transpose of every other layout:
-//! [`hf_transposed`] names them so an HF directory's copies are transposed once at open
+//! [`hf_transposed`] names them so an HF directory's copies are transposed once, on first use
 //! (llama.cpp's converter transposes them into the GGUF file).
 
 use std::borrow::Cow;
@@ -19,6 +19,7 @@ use std::borrow::Cow;
 use tinynn_core::graph::Graph;
 use tinynn_core::tensor::TensorId;
 use tinynn_format::model_config::ModelConfig;
+use tinynn_format::model_dir::Rearrange;
 
 use super::decoder::{Decoder, Embedded};
 use super::hparams::Hparams;
@@ -171,6 +172,11 @@ pub fn hf_transposed(name: &str) -> bool {
         && [".c_attn.weight", ".c_proj.weight", ".c_fc.weight"]
             .iter()
             .any(|s| name.ends_with(s))
+}
+
+/// The `Conv1D` weights, transposed.
+pub fn hf_rearranged(name: &str, _: &ModelConfig) -> Option<Rearrange> {
+    hf_transposed(name).then_some(Rearrange::Transpose)
 }
 
 #[cfg(test)]

@@ -49,6 +49,8 @@ pub struct Hparams {
     pub embd_scale: Option<f32>,
     /// Sliding-window layers, when the model has any.
     pub swa: Option<SlidingWindow>,
+    /// Attention and feed-forward both read the block's input (GPT-NeoX's parallel residual).
+    pub parallel_residual: bool,
 }
 
 /// What an architecture assumes where a file is silent.
@@ -66,6 +68,8 @@ pub struct ArchDefaults {
     /// Attention's score scale when the config gives no `query_pre_attn_scalar` (`None`:
     /// `1/sqrt(head_dim)`).
     pub attn_scale: Option<fn(&ModelConfig) -> f32>,
+    /// Parallel residual blocks when the file does not say (GPT-NeoX).
+    pub parallel_residual: bool,
 }
 
 impl Hparams {
@@ -133,6 +137,7 @@ impl Hparams {
             final_softcap: a.final_logit_softcap.map(|x| x as f32),
             embd_scale: defaults.scale_embeddings.then(|| (c.n_embd as f32).sqrt()),
             swa,
+            parallel_residual: c.parallel_residual.unwrap_or(defaults.parallel_residual),
         })
     }
 

@@ -221,6 +221,7 @@ mod tests {
             rope_freq_base: None,
             rope_scaling: RopeScaling::None,
             tie_word_embeddings: Some(tied),
+            parallel_residual: None,
             attn: Default::default(),
         }
     }

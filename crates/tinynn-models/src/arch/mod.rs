@@ -11,6 +11,7 @@
 pub mod decoder;
 pub mod gemma;
 pub mod gpt2;
+pub mod gptneox;
 pub mod hf_names;
 pub mod hparams;
 pub mod llama;
@@ -21,6 +22,7 @@ pub use hparams::{ArchDefaults, Hparams, SlidingWindow};
 use std::borrow::Cow;
 
 use tinynn_format::model_config::ModelConfig;
+use tinynn_format::model_dir::Rearrange;
 
 use crate::quantize::policy::{Class70b, QuantRules};
 use crate::{ModelError, Result};
@@ -36,9 +38,10 @@ pub struct Arch {
     pub gguf_qk_permuted: bool,
     /// The HF tensor name of a GGUF tensor name.
     pub hf_name: fn(&str) -> Option<Cow<'static, str>>,
-    /// The HF tensors stored transposed (`[in, out]`, GPT-2's `Conv1D`), by HF name; an HF
-    /// directory's copies of them are transposed once when the model opens.
-    pub hf_transposed: Option<fn(&str) -> bool>,
+    /// The HF tensors stored in another layout than GGUF's (GPT-2's `Conv1D` weights
+    /// `[in, out]`, GPT-NeoX's per-head interleaved q/k/v), by HF name, and how to rearrange
+    /// them; an HF directory's copies are rearranged once, on first use.
+    pub hf_rearranged: Option<fn(&str, &ModelConfig) -> Option<Rearrange>>,
     /// Its embeddings, blocks, final norm and head.
     pub decoder: &'static dyn Decoder,
     /// `tnn quantize`'s rules for it; `None`: not quantized.
@@ -70,7 +73,7 @@ pub static REGISTRY: &[Arch] = &[
         hf_model_types: &["llama"],
         gguf_qk_permuted: true,
         hf_name: llama::hf_name,
-        hf_transposed: None,
+        hf_rearranged: None,
         decoder: &llama::LLAMA,
         quantize: Some(QuantRules {
             class_70b: Class70b::Layers80Gqa,
@@ -83,7 +86,7 @@ pub static REGISTRY: &[Arch] = &[
         hf_model_types: &["mistral"],
         gguf_qk_permuted: true,
         hf_name: llama::hf_name,
-        hf_transposed: None,
+        hf_rearranged: None,
         decoder: &llama::MISTRAL,
         quantize: Some(QuantRules {
             class_70b: Class70b::Never,
@@ -96,7 +99,7 @@ pub static REGISTRY: &[Arch] = &[
         hf_model_types: &["qwen2"],
         gguf_qk_permuted: false,
         hf_name: llama::hf_name,
-        hf_transposed: None,
+        hf_rearranged: None,
         decoder: &llama::QWEN2,
         quantize: Some(QuantRules {
             class_70b: Class70b::Layers80,
@@ -109,7 +112,7 @@ pub static REGISTRY: &[Arch] = &[
         hf_model_types: &["qwen3"],
         gguf_qk_permuted: false,
         hf_name: llama::hf_name,
-        hf_transposed: None,
+        hf_rearranged: None,
         decoder: &llama::QWEN3,
         quantize: Some(QuantRules {
             class_70b: Class70b::Never,
@@ -122,7 +125,7 @@ pub static REGISTRY: &[Arch] = &[
         hf_model_types: &["gemma"],
         gguf_qk_permuted: false,
         hf_name: gemma::hf_name_gemma1,
-        hf_transposed: None,
+        hf_rearranged: None,
         decoder: &gemma::GEMMA,
         quantize: Some(QuantRules {
             class_70b: Class70b::Never,
@@ -135,7 +138,7 @@ pub static REGISTRY: &[Arch] = &[
         hf_model_types: &["gemma2"],
         gguf_qk_permuted: false,
         hf_name: gemma::hf_name,
-        hf_transposed: None,
+        hf_rearranged: None,
         decoder: &gemma::GEMMA2,
         quantize: Some(QuantRules {
             class_70b: Class70b::Never,
@@ -148,7 +151,7 @@ pub static REGISTRY: &[Arch] = &[
         hf_model_types: &["gemma3_text", "gemma3"],
         gguf_qk_permuted: false,
         hf_name: gemma::hf_name,
-        hf_transposed: None,
+        hf_rearranged: None,
         decoder: &gemma::GEMMA3,
         quantize: Some(QuantRules {
             class_70b: Class70b::Never,
@@ -161,8 +164,21 @@ pub static REGISTRY: &[Arch] = &[
         hf_model_types: &["gpt2"],
         gguf_qk_permuted: false,
         hf_name: gpt2::hf_name,
-        hf_transposed: Some(gpt2::hf_transposed),
+        hf_rearranged: Some(gpt2::hf_rearranged),
         decoder: &gpt2::GPT2,
+        quantize: Some(QuantRules {
+            class_70b: Class70b::Never,
+        }),
+        train: true,
+        gguf_norm_plus_one: false,
+    },
+    Arch {
+        name: "gptneox",
+        hf_model_types: &["gpt_neox"],
+        gguf_qk_permuted: false,
+        hf_name: gptneox::hf_name,
+        hf_rearranged: Some(gptneox::hf_rearranged),
+        decoder: &gptneox::GPTNEOX,
         quantize: Some(QuantRules {
             class_70b: Class70b::Never,
         }),
@@ -236,16 +252,16 @@ mod tests {
         }
         assert_eq!(
             names(|_| true),
-            "llama, mistral, qwen2, qwen3, gemma, gemma2, gemma3, gpt2"
+            "llama, mistral, qwen2, qwen3, gemma, gemma2, gemma3, gpt2, gptneox"
         );
-        assert!(by_name("gptneox").is_none());
+        assert!(by_name("phi3").is_none());
     }
 
     #[test]
     fn unsupported_architectures_list_the_supported_ones() {
-        let e = ModelError::UnsupportedArchitecture("gptneox".into()).to_string();
+        let e = ModelError::UnsupportedArchitecture("phi3".into()).to_string();
         assert!(
-            e.contains("'gptneox'") && e.contains("llama, mistral, qwen2, qwen3"),
+            e.contains("'phi3'") && e.contains("llama, mistral, qwen2, qwen3"),
             "{e}"
         );
     }

@@ -232,18 +232,25 @@ fn write_config(
         w.set(&key(Key::KeyLength), hd.clone());
         w.set(&key(Key::ValueLength), hd);
     }
+    // GPT-2 and GPT-NeoX use LayerNorms; GPT-2 alone has no RoPE.
     let eps = Value::F32(hp.norm_eps);
-    if arch == "gpt2" {
+    if matches!(arch, "gpt2" | "gptneox") {
         w.set(&key(Key::LayerNormEpsilon), eps);
     } else {
         w.set(&key(Key::LayerNormRmsEpsilon), eps);
+    }
+    if arch != "gpt2" {
+        let base = c.rope_freq_base.unwrap_or(10_000.0) as f32;
         w.set(
             &key(Key::RopeDimensionCount),
             Value::U32(hp.rope.n_dims as u32),
         );
+        w.set(&key(Key::RopeFreqBase), Value::F32(base));
+    }
+    if arch == "gptneox" {
         w.set(
-            &key(Key::RopeFreqBase),
-            Value::F32(c.rope_freq_base.unwrap_or(10_000.0) as f32),
+            &key(Key::UseParallelResidual),
+            Value::Bool(hp.parallel_residual),
         );
     }
     match &c.rope_scaling {

@@ -27,6 +27,7 @@ pub fn config(n_ff: u64) -> ModelConfig {
         rope_freq_base: Some(10000.0),
         rope_scaling: RopeScaling::None,
         tie_word_embeddings: Some(true),
+        parallel_residual: None,
         attn: Default::default(),
     }
 }

@@ -1,0 +1,179 @@
+//! GPT-NeoX's decoder (Pythia, GPT-NeoX-20B and their fine-tunes) for inference and training:
+//!
+//! ```text
+//! x = token_embd[tokens]                                              [e, n]
+//! per block:  a = attn_output(attention(rope(q), rope(k), v))   q | k | v = attn_qkv(ln_1(x))
+//!             f = ffn_down(gelu(ffn_up(ln_2(·))))
+//!             parallel residual:    x = x + a + f(ln_2(x))
+//!             sequential residual:  x = x + a;  x = x + f(ln_2(x))
+//! logits = output(ln_f(x))
+//! ```
+//!
+//! RoPE turns only the first `rope_dims` of each head (`rotary_pct`), on halves (NEOX); every
+//! norm is a LayerNorm with a bias; the GELU is exact (erf). transformers keeps q, k and v
+//! interleaved per head in `query_key_value` (`[q_h, k_h, v_h]` for each head h); llama.cpp's
+//! converter regroups them as all q, then all k, then all v, which is how the block reads them:
+//! [`hf_rearranged`] names the tensors an HF directory's copies are regrouped for.
+
+use std::borrow::Cow;
+
+use tinynn_core::graph::Graph;
+use tinynn_core::ops::Unary;
+use tinynn_core::tensor::TensorId;
+use tinynn_format::model_config::ModelConfig;
+use tinynn_format::model_dir::Rearrange;
+
+use super::decoder::{Decoder, Embedded};
+use super::hparams::{ArchDefaults, Hparams};
+use super::llama::heads;
+use crate::common::{Attention, AttnParams, Init, Leaves, Norm};
+use crate::Result;
+
+/// The GPT-NeoX decoder.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GptNeox;
+
+pub static GPTNEOX: GptNeox = GptNeox;
+
+impl Decoder for GptNeox {
+    fn embed(
+        &self,
+        g: &mut Graph,
+        lv: &mut dyn Leaves,
+        hp: &Hparams,
+        _: &Attention<'_>,
+        tokens: TensorId,
+    ) -> Result<Embedded> {
+        let dims = [hp.n_embd, hp.n_vocab];
+        let table = lv.tensor(g, "token_embd.weight", &dims, Init::Normal)?; // [e, n_vocab]
+        let x = g.get_rows(table, tokens)?; // [e, n]
+        Ok(Embedded { x, table })
+    }
+
+    fn block(
+        &self,
+        g: &mut Graph,
+        lv: &mut dyn Leaves,
+        hp: &Hparams,
+        at: &mut Attention<'_>,
+        l: usize,
+        x: TensorId,
+    ) -> Result<TensorId> {
+        let (e, hd, nh, nkv, eps) = (hp.n_embd, hp.head_dim, hp.n_head, hp.n_head_kv, hp.norm_eps);
+        let (wq, wk) = (nh * hd, nkv * hd);
+        let n = at.n_tokens;
+        let blk = |s: &str| format!("blk.{l}.{s}");
+        let attn_norm = Norm::layer(g, lv, &blk("attn_norm"), e, eps, true)?;
+        let wqkv = lv.linear(g, &blk("attn_qkv"), e, wq + 2 * wk, true)?;
+        let wo = lv.linear(g, &blk("attn_output"), wq, e, true)?;
+        let ffn_norm = Norm::layer(g, lv, &blk("ffn_norm"), e, eps, true)?;
+        let up = lv.linear(g, &blk("ffn_up"), e, hp.n_ff, true)?;
+        let down = lv.linear(g, &blk("ffn_down"), hp.n_ff, e, true)?;
+
+        let h = attn_norm.forward(g, x)?; // [e, n]
+        let qkv = wqkv.forward(g, h)?; // [wq + 2·wk, n]
+        let row = g.layout(qkv).nb[1];
+        let part = |g: &mut Graph, width: usize, at_col: usize| -> Result<TensorId> {
+            let v = g.view(qkv, &[width, n], &[row], at_col * 4)?;
+            Ok(g.cont(v)?)
+        };
+        let (q, k, v) = (part(g, wq, 0)?, part(g, wk, wq)?, part(g, wk, wq + wk)?);
+        let q = heads(g, at, hp, l, q, [hd, nh, n], None)?; // [hd, nh, n]
+        let k = heads(g, at, hp, l, k, [hd, nkv, n], None)?; // [hd, nkv, n]
+        let params = AttnParams::of_layer(hp, l, hp.attn_scale);
+        let att = at.attend(g, l, (q, k, v), params)?; // [nh·hd, n]
+        let a = wo.forward(g, att)?; // [e, n]
+
+        let mlp = |g: &mut Graph, input: TensorId| -> Result<TensorId> {
+            let h = ffn_norm.forward(g, input)?; // [e, n]
+            let u = up.forward(g, h)?; // [n_ff, n]
+            let u = g.unary(Unary::GeluErf, u)?;
+            down.forward(g, u) // [e, n]
+        };
+        if hp.parallel_residual {
+            let f = mlp(g, x)?;
+            let xa = g.add(x, a)?;
+            Ok(g.add(xa, f)?) // [e, n]
+        } else {
+            let x = g.add(x, a)?;
+            let f = mlp(g, x)?;
+            Ok(g.add(x, f)?) // [e, n]
+        }
+    }
+
+    fn output_norm(
+        &self,
+        g: &mut Graph,
+        lv: &mut dyn Leaves,
+        hp: &Hparams,
+        x: TensorId,
+    ) -> Result<TensorId> {
+        Norm::layer(g, lv, "output_norm", hp.n_embd, hp.norm_eps, true)?.forward(g, x)
+    }
+
+    fn head(
+        &self,
+        g: &mut Graph,
+        lv: &mut dyn Leaves,
+        hp: &Hparams,
+        table: TensorId,
+    ) -> Result<TensorId> {
+        let dims = [hp.n_embd, hp.n_vocab];
+        Ok(lv
+            .optional(g, "output.weight", &dims, Init::Normal)?
+            .unwrap_or(table)) // [e, n_vocab]
+    }
+
+    fn fresh_has(&self, c: &ModelConfig, name: &str) -> bool {
+        if name == "output.weight" {
+            return !c.tie_word_embeddings.unwrap_or(false);
+        }
+        name.ends_with(".bias")
+    }
+
+    fn defaults(&self) -> ArchDefaults {
+        ArchDefaults {
+            parallel_residual: true,
+            ..ArchDefaults::default()
+        }
+    }
+}
+
+/// The HF (transformers GPT-NeoX layout) name of a GGUF tensor name.
+pub fn hf_name(gguf: &str) -> Option<Cow<'static, str>> {
+    let fixed = match gguf {
+        "token_embd.weight" => Some("gpt_neox.embed_in.weight"),
+        "output_norm.weight" => Some("gpt_neox.final_layer_norm.weight"),
+        "output_norm.bias" => Some("gpt_neox.final_layer_norm.bias"),
+        "output.weight" => Some("embed_out.weight"),
+        _ => None,
+    };
+    if let Some(f) = fixed {
+        return Some(Cow::Borrowed(f));
+    }
+    let rest = gguf.strip_prefix("blk.")?;
+    let (layer, tail) = rest.split_once('.')?;
+    let (part, kind) = tail.rsplit_once('.')?;
+    let module = match part {
+        "attn_norm" => "input_layernorm",
+        "attn_qkv" => "attention.query_key_value",
+        "attn_output" => "attention.dense",
+        "ffn_norm" => "post_attention_layernorm",
+        "ffn_up" => "mlp.dense_h_to_4h",
+        "ffn_down" => "mlp.dense_4h_to_h",
+        _ => return None,
+    };
+    Some(Cow::Owned(format!(
+        "gpt_neox.layers.{layer}.{module}.{kind}"
+    )))
+}
+
+/// The fused q/k/v weight and bias, whose rows transformers interleaves per head.
+pub fn hf_rearranged(name: &str, c: &ModelConfig) -> Option<Rearrange> {
+    let fused = name.ends_with(".attention.query_key_value.weight")
+        || name.ends_with(".attention.query_key_value.bias");
+    fused.then_some(Rearrange::GroupRows {
+        groups: c.n_head as usize,
+        parts: 3,
+    })
+}
