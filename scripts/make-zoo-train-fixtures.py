@@ -21,7 +21,7 @@ import torch.nn.functional as F
 from safetensors.torch import save_file
 from transformers import (Gemma2Config, Gemma2ForCausalLM, Gemma3ForCausalLM, Gemma3TextConfig,
                           GemmaConfig, GemmaForCausalLM, GPT2Config, GPT2LMHeadModel,
-                          GPTNeoXConfig, GPTNeoXForCausalLM)
+                          GPTNeoXConfig, GPTNeoXForCausalLM, Phi3Config, Phi3ForCausalLM)
 
 out_root = sys.argv[1]
 BATCH, SEQ, VOCAB = 2, 16, 256
@@ -74,6 +74,14 @@ models = {
                                     tie_word_embeddings=False, bos_token_id=1, eos_token_id=2,
                                     torch_dtype="float32"),
                       GPTNeoXForCausalLM),
+    # Fused q/k/v and gate/up projections, a 5-token window on every layer.
+    "train-phi3": (Phi3Config(vocab_size=VOCAB, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
+                              num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
+                              original_max_position_embeddings=64, rms_norm_eps=1e-5, rope_theta=10000.0,
+                              sliding_window=5, initializer_range=0.1, resid_pdrop=0.0, embd_pdrop=0.0,
+                              attention_dropout=0.0, tie_word_embeddings=False, bos_token_id=1,
+                              eos_token_id=2, pad_token_id=0, torch_dtype="float32"),
+                   Phi3ForCausalLM),
 }
 
 NEOX_FIXED = {"gpt_neox.embed_in.weight": "token_embd.weight", "embed_out.weight": "output.weight",
@@ -123,8 +131,9 @@ def gguf_name(hf, gemma1):
              "self_attn.q_norm": "attn_q_norm", "self_attn.k_norm": "attn_k_norm",
              "post_attention_layernorm": "post_attention_norm",
              "pre_feedforward_layernorm": "ffn_norm", "post_feedforward_layernorm": "post_ffw_norm",
-             "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up", "mlp.down_proj": "ffn_down"}
-    if gemma1:  # Gemma's one norm after attention is the feed-forward's input norm
+             "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up", "mlp.down_proj": "ffn_down",
+             "self_attn.qkv_proj": "attn_qkv", "mlp.gate_up_proj": "ffn_up"}
+    if gemma1:  # Gemma's (and Phi-3's) one norm after attention is the feed-forward's input norm
         table["post_attention_layernorm"] = "ffn_norm"
     return f"blk.{layer}.{table[module]}.{kind}"
 
@@ -182,7 +191,7 @@ for name, (config, cls) in models.items():
                 grad = grad.t()
             grads[gguf_name_gpt2(n)] = grad.contiguous()
         else:
-            grads[gguf_name(n, name == "train-gemma")] = grad.contiguous()
+            grads[gguf_name(n, name in ("train-gemma", "train-phi3"))] = grad.contiguous()
     save_file(grads, os.path.join(out, "grads.safetensors"))
 
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.01)

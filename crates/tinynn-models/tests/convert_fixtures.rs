@@ -16,7 +16,7 @@ use tinynn_models::model::Model;
 use tinynn_models::quantize::{quantize_file, Options, Target};
 use tinynn_models::session::{Session, SessionOptions};
 
-const FIXTURES: [&str; 11] = [
+const FIXTURES: [&str; 12] = [
     "tiny-llama",
     "tiny-llama3",
     "tiny-llama-yarn",
@@ -28,6 +28,7 @@ const FIXTURES: [&str; 11] = [
     "tiny-gemma3",
     "tiny-gpt2",
     "tiny-gptneox",
+    "tiny-phi3",
 ];
 
 fn dir(name: &str) -> PathBuf {

@@ -266,3 +266,11 @@ fn tiny_gptneox_matches_transformers() {
     check_decode("tiny-gptneox");
     check_batched("tiny-gptneox");
 }
+
+/// Phi-3: fused q/k/v and gate/up projections, a 4-token sliding window on every layer.
+#[test]
+fn tiny_phi3_matches_transformers() {
+    check("tiny-phi3");
+    check_decode("tiny-phi3");
+    check_batched("tiny-phi3");
+}

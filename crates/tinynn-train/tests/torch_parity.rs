@@ -132,6 +132,14 @@ fn gptneox_loss_gradients_and_adamw_steps_match_pytorch() {
     adamw_losses_match("train-gptneox");
 }
 
+/// Phi-3: fused q/k/v and gate/up projections (views), a sliding window on every layer.
+#[test]
+fn phi3_loss_gradients_and_adamw_steps_match_pytorch() {
+    gradients_match("train-phi3", 2, false);
+    gradients_match("train-phi3", 1, true);
+    adamw_losses_match("train-phi3");
+}
+
 /// A sliding window on every layer (Mistral; tinynn-models' `tiny-mistral-swa` fixture, window
 /// 4 of 13 tokens) in the training graph: the loss equals the cross-entropy of transformers'
 /// logits for the same tokens.

@@ -15,6 +15,7 @@ pub mod gptneox;
 pub mod hf_names;
 pub mod hparams;
 pub mod llama;
+pub mod phi3;
 
 pub use decoder::{declare, logits, softcap, trunk, Decoder, Embedded, TensorDecl};
 pub use hparams::{ArchDefaults, Hparams, SlidingWindow};
@@ -185,6 +186,19 @@ pub static REGISTRY: &[Arch] = &[
         train: true,
         gguf_norm_plus_one: false,
     },
+    Arch {
+        name: "phi3",
+        hf_model_types: &["phi3"],
+        gguf_qk_permuted: false,
+        hf_name: phi3::hf_name,
+        hf_rearranged: None,
+        decoder: &phi3::PHI3,
+        quantize: Some(QuantRules {
+            class_70b: Class70b::Never,
+        }),
+        train: true,
+        gguf_norm_plus_one: false,
+    },
 ];
 
 /// The architecture with GGUF name `name`.
@@ -252,16 +266,16 @@ mod tests {
         }
         assert_eq!(
             names(|_| true),
-            "llama, mistral, qwen2, qwen3, gemma, gemma2, gemma3, gpt2, gptneox"
+            "llama, mistral, qwen2, qwen3, gemma, gemma2, gemma3, gpt2, gptneox, phi3"
         );
-        assert!(by_name("phi3").is_none());
+        assert!(by_name("mamba").is_none());
     }
 
     #[test]
     fn unsupported_architectures_list_the_supported_ones() {
-        let e = ModelError::UnsupportedArchitecture("phi3".into()).to_string();
+        let e = ModelError::UnsupportedArchitecture("mamba".into()).to_string();
         assert!(
-            e.contains("'phi3'") && e.contains("llama, mistral, qwen2, qwen3"),
+            e.contains("'mamba'") && e.contains("llama, mistral, qwen2, qwen3"),
             "{e}"
         );
     }
