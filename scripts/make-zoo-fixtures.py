@@ -89,7 +89,23 @@ models = {
                              tie_word_embeddings=False, bos_token_id=1, eos_token_id=2,
                              pad_token_id=0, torch_dtype="float32"),
                   Phi3ForCausalLM),
+    # LongRoPE: short factors up to 16 tokens, long ones past them (logits_long.json feeds 24
+    # tokens, so transformers switches to the long factors), cos/sin scaled by
+    # sqrt(1 + ln 4 / ln 16); no window.
+    "tiny-phi3-longrope": (Phi3Config(vocab_size=320, hidden_size=32, intermediate_size=48,
+                                      num_hidden_layers=2, num_attention_heads=4,
+                                      num_key_value_heads=2, max_position_embeddings=64,
+                                      original_max_position_embeddings=16, rms_norm_eps=1e-5,
+                                      rope_theta=10000.0,
+                                      rope_scaling={"type": "longrope",
+                                                    "short_factor": [1.0, 1.3, 2.1, 3.7],
+                                                    "long_factor": [1.1, 2.9, 6.5, 11.0]},
+                                      sliding_window=None, tie_word_embeddings=False,
+                                      bos_token_id=1, eos_token_id=2, pad_token_id=0,
+                                      torch_dtype="float32"),
+                           Phi3ForCausalLM),
 }
+LONG_TOKENS = TOKENS + [77, 3, 150, 12, 9, 210, 44, 5, 61, 18]
 
 only = sys.argv[2:]  # names to make (default: all)
 for name, (config, cls) in models.items():
@@ -114,3 +130,8 @@ for name, (config, cls) in models.items():
     with open(os.path.join(d, "logits.json"), "w") as f:
         json.dump({"tokens": TOKENS, "logits": logits.tolist()}, f)
     print(name, tuple(logits.shape), float(logits.abs().max()))
+    if name == "tiny-phi3-longrope":
+        with torch.no_grad():
+            long_logits = model(torch.tensor([LONG_TOKENS])).logits[0]
+        with open(os.path.join(d, "logits_long.json"), "w") as f:
+            json.dump({"tokens": LONG_TOKENS, "logits": long_logits.tolist()}, f)

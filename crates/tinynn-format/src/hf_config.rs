@@ -74,6 +74,9 @@ pub struct HfConfig {
     pub rotary_pct: Option<f64>,
     pub rotary_emb_base: Option<f64>,
     pub use_parallel_residual: Option<bool>,
+    // Phi-3 names.
+    /// The context LongRoPE's short factors serve (top level in Phi-3 configs).
+    pub original_max_position_embeddings: Option<u64>,
     pub layer_norm_eps: Option<f64>,
     pub attention_bias: Option<bool>,
     pub hidden_act: Option<String>,

@@ -97,8 +97,14 @@ pub enum RopeScaling {
         high_freq_factor: Option<f64>,
         original_context: Option<u64>,
     },
+    /// Phi-3's LongRoPE: per-pair frequency divisors for contexts up to `original_context`
+    /// (`short_factor`) and beyond it (`long_factor`), and cos/sin scaled by `attn_factor`.
+    /// GGUF files keep the divisors as tensors (`rope_factors_short/long.weight`).
     LongRope {
         original_context: Option<u64>,
+        short_factor: Option<Vec<f64>>,
+        long_factor: Option<Vec<f64>>,
+        attn_factor: Option<f64>,
     },
     /// A scaling kind tinynn does not know, kept by name.
     Other {
@@ -423,8 +429,23 @@ impl ModelConfig {
             },
             Some("longrope") => RopeScaling::LongRope {
                 original_context: g.get_u64(Key::RopeScalingOriginalContextLength)?,
+                short_factor: None,
+                long_factor: None,
+                attn_factor: g.get_f64(Key::RopeScalingAttnFactor)?,
             },
             Some(other) => RopeScaling::Other { name: other.into() },
+        };
+        // llama.cpp's Phi-3 files state no scaling type: the factor tensors say it.
+        let rope_scaling = match rope_scaling {
+            RopeScaling::None if g.tensor_info("rope_factors_long.weight").is_some() => {
+                RopeScaling::LongRope {
+                    original_context: g.get_u64(Key::RopeScalingOriginalContextLength)?,
+                    short_factor: None,
+                    long_factor: None,
+                    attn_factor: g.get_f64(Key::RopeScalingAttnFactor)?,
+                }
+            }
+            other => other,
         };
         let has_output = g.tensor_info("output.weight").is_some();
         let config = ModelConfig {
@@ -498,7 +519,12 @@ impl ModelConfig {
                         original_context: s.original_max_position_embeddings,
                     },
                     Some("longrope") | Some("su") => RopeScaling::LongRope {
-                        original_context: s.original_max_position_embeddings,
+                        original_context: s
+                            .original_max_position_embeddings
+                            .or(c.original_max_position_embeddings),
+                        short_factor: s.short_factor.clone(),
+                        long_factor: s.long_factor.clone(),
+                        attn_factor: s.attention_factor,
                     },
                     Some(other) => RopeScaling::Other { name: other.into() },
                 }

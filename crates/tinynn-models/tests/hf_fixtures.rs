@@ -274,3 +274,65 @@ fn tiny_phi3_matches_transformers() {
     check_decode("tiny-phi3");
     check_batched("tiny-phi3");
 }
+
+/// The logits of `tokens` from `model` with a context of `n_ctx` (strict), against the
+/// reference `file` of the fixture.
+fn longrope_diff(model: std::sync::Arc<Model>, n_ctx: usize, file: &str) -> f64 {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/tiny-phi3-longrope");
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join(file)).unwrap()).unwrap();
+    let tokens: Vec<u32> = v["tokens"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t.as_u64().unwrap() as u32)
+        .collect();
+    let want: Vec<Vec<f64>> = v["logits"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            r.as_array()
+                .unwrap()
+                .iter()
+                .map(|x| x.as_f64().unwrap())
+                .collect()
+        })
+        .collect();
+    let so = SessionOptions {
+        n_ctx,
+        exec: strict(),
+        all_logits: true,
+        ..SessionOptions::default()
+    };
+    let mut s = Session::with_options(model, so).unwrap();
+    s.eval_batch(&tokens).unwrap();
+    worst_diff(file, s.all_logits(), &want)
+}
+
+/// Phi-3 LongRoPE: with a context of at most the original 16 tokens the short factors rotate
+/// (transformers' logits of 14 tokens), past it the long ones (its logits of 24 tokens, which
+/// switch it to them); cos/sin scaled. The same from the GGUF file the converter writes (the
+/// factors as rope_factors_short/long tensors).
+#[test]
+fn tiny_phi3_longrope_matches_transformers_short_and_long() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/tiny-phi3-longrope");
+    let hf = Model::open(&dir).unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let gguf_path = tmp.path().join("phi3-longrope.gguf");
+    let opts = tinynn_models::convert::ConvertOptions {
+        out_type: tinynn_format::GgmlType::F32,
+        tokenizer: false,
+    };
+    tinynn_models::convert::convert_hf(&hf, &gguf_path, &opts).unwrap();
+    let gguf = Model::open(&gguf_path).unwrap();
+    for (name, model) in [("hf", hf), ("gguf", gguf)] {
+        let short = longrope_diff(model.clone(), 16, "logits.json");
+        let long = longrope_diff(model.clone(), 32, "logits_long.json");
+        // The other factors are far off: the test can fail.
+        let wrong = longrope_diff(model, 32, "logits.json");
+        eprintln!("tiny-phi3-longrope ({name}): short {short:.2e}, long {long:.2e}, wrong factors {wrong:.2e}");
+        assert!(short <= 1e-4 && long <= 1e-4, "{name}: {short} {long}");
+        assert!(wrong > 1e-2, "{name}: {wrong}");
+    }
+}

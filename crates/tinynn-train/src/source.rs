@@ -201,7 +201,11 @@ fn resolve_full(source: TrainSource<'_>, frozen: bool) -> Result<Loaded<'_>> {
                 (Some(src), Vec::new())
             };
             let n_pairs = hparams.rope.n_dims / 2;
-            let rope_freqs_tensor = load_tensor(&src, "rope_freqs.weight", &[n_pairs])?;
+            let mut rope_freqs_tensor = load_tensor(&src, "rope_freqs.weight", &[n_pairs])?;
+            if rope_freqs_tensor.is_none() && hparams.longrope.is_some() {
+                // LongRoPE GGUF files (Phi-3): training sequences use the short divisors.
+                rope_freqs_tensor = load_tensor(&src, "rope_factors_short.weight", &[n_pairs])?;
+            }
             if let Some(t) = &rope_freqs_tensor {
                 hparams.freq_factors = Some(t.data.clone());
             }

@@ -25,7 +25,8 @@ pub struct Embedded {
 /// code builds the inference and the training graph.
 pub trait Decoder: Sync {
     /// The embeddings of `tokens` (I32 `[n]`); `at` gives their positions (`at.rope.pos`) to
-    /// architectures with learned position embeddings.
+    /// architectures with learned position embeddings. By default the rows of
+    /// `token_embd.weight`.
     fn embed(
         &self,
         g: &mut Graph,
@@ -33,7 +34,10 @@ pub trait Decoder: Sync {
         hp: &Hparams,
         at: &Attention<'_>,
         tokens: TensorId,
-    ) -> Result<Embedded>;
+    ) -> Result<Embedded> {
+        let _ = at;
+        token_embedding(g, lv, hp, tokens)
+    }
 
     /// Block `layer` of x `[n_embd, n]`: `[n_embd, n]`.
     fn block(
@@ -55,14 +59,20 @@ pub trait Decoder: Sync {
         x: TensorId,
     ) -> Result<TensorId>;
 
-    /// The output head `[n_embd, n_vocab]` (`table` when the embeddings are tied).
+    /// The output head `[n_embd, n_vocab]`: `output.weight`, or `table` when the model has
+    /// none (tied embeddings).
     fn head(
         &self,
         g: &mut Graph,
         lv: &mut dyn Leaves,
         hp: &Hparams,
         table: TensorId,
-    ) -> Result<TensorId>;
+    ) -> Result<TensorId> {
+        let dims = [hp.n_embd, hp.n_vocab];
+        Ok(lv
+            .optional(g, "output.weight", &dims, Init::Normal)?
+            .unwrap_or(table)) // [e, n_vocab]
+    }
 
     /// Whether a fresh (randomly initialized) model of config `c` has the optional tensor
     /// `name` (biases, per-head norms, an untied head).
@@ -73,6 +83,19 @@ pub trait Decoder: Sync {
     fn defaults(&self) -> ArchDefaults {
         ArchDefaults::default()
     }
+}
+
+/// The rows of `token_embd.weight` (`[n_embd, n_vocab]`) for `tokens` (I32 `[n]`).
+pub fn token_embedding(
+    g: &mut Graph,
+    lv: &mut dyn Leaves,
+    hp: &Hparams,
+    tokens: TensorId,
+) -> Result<Embedded> {
+    let dims = [hp.n_embd, hp.n_vocab];
+    let table = lv.tensor(g, "token_embd.weight", &dims, Init::Normal)?; // [e, n_vocab]
+    let x = g.get_rows(table, tokens)?; // [e, n]
+    Ok(Embedded { x, table })
 }
 
 /// The logits `[n_vocab, m]` of the final hidden states h `[n_embd, m]` through `head`

@@ -26,7 +26,7 @@ use super::decoder::{Decoder, Embedded};
 use super::hf_names;
 use super::hparams::{ArchDefaults, Hparams};
 use super::llama::heads;
-use crate::common::{Attention, AttnParams, Init, Leaves, Mlp, MlpKind, Norm};
+use crate::common::{Attention, AttnParams, Leaves, Mlp, MlpKind, Norm};
 use crate::Result;
 
 /// A Gemma generation.
@@ -96,9 +96,7 @@ impl Decoder for Gemma {
         _: &Attention<'_>,
         tokens: TensorId,
     ) -> Result<Embedded> {
-        let dims = [hp.n_embd, hp.n_vocab];
-        let table = lv.tensor(g, "token_embd.weight", &dims, Init::Normal)?; // [e, n_vocab]
-        let x = g.get_rows(table, tokens)?; // [e, n]
+        let Embedded { x, table } = super::decoder::token_embedding(g, lv, hp, tokens)?; // x: [e, n]
         let x = match hp.embd_scale {
             Some(s) => g.scale(x, s)?,
             None => x,
@@ -174,19 +172,6 @@ impl Decoder for Gemma {
     ) -> Result<TensorId> {
         self.norm(g, lv, hp, "output_norm.weight", hp.n_embd)?
             .forward(g, x)
-    }
-
-    fn head(
-        &self,
-        g: &mut Graph,
-        lv: &mut dyn Leaves,
-        hp: &Hparams,
-        table: TensorId,
-    ) -> Result<TensorId> {
-        let dims = [hp.n_embd, hp.n_vocab];
-        Ok(lv
-            .optional(g, "output.weight", &dims, Init::Normal)?
-            .unwrap_or(table)) // [e, n_vocab]
     }
 
     fn fresh_has(&self, c: &ModelConfig, name: &str) -> bool {

@@ -23,7 +23,7 @@ use tinynn_format::model_dir::Rearrange;
 
 use super::decoder::{Decoder, Embedded};
 use super::hparams::Hparams;
-use crate::common::{Attention, AttnParams, Init, Leaves, Mlp, MlpKind, Norm};
+use crate::common::{rows_of, Attention, AttnParams, Init, Leaves, Mlp, MlpKind, Norm};
 use crate::{ModelError, Result};
 
 /// The GPT-2 decoder.
@@ -48,14 +48,9 @@ impl Decoder for Gpt2 {
                     .into(),
             )
         })?;
-        let table = lv.tensor(
-            g,
-            "token_embd.weight",
-            &[hp.n_embd, hp.n_vocab],
-            Init::Normal,
-        )?; // [e, n_vocab]
-        let positions = lv.tensor(g, "position_embd.weight", &[hp.n_embd, n_pos], Init::Normal)?; // [e, n_pos]
-        let x = g.get_rows(table, tokens)?; // [e, n]
+        let Embedded { x, table } = super::decoder::token_embedding(g, lv, hp, tokens)?; // x: [e, n]
+        let dims = [hp.n_embd, n_pos];
+        let positions = lv.tensor(g, "position_embd.weight", &dims, Init::Normal)?; // [e, n_pos]
         let p = g.get_rows(positions, at.rope.pos)?; // [e, n]
         Ok(Embedded {
             x: g.add(x, p)?,
@@ -82,16 +77,11 @@ impl Decoder for Gpt2 {
         let wo = lv.linear(g, &blk("attn_output"), wq, e, true)?;
         let h = attn_norm.forward(g, x)?; // [e, n]
         let qkv = wqkv.forward(g, h)?; // [wq + 2·wk, n]
-        let row = g.layout(qkv).nb[1];
-        let part = |g: &mut Graph, heads: usize, at_col: usize| -> Result<TensorId> {
-            // Rows at_col.. of every token's fused output, as heads: [hd, heads, n].
-            let v = g.view(qkv, &[hd, heads, n], &[hd * 4, row], at_col * 4)?;
-            Ok(g.cont(v)?)
-        };
-        let q = part(g, nh, 0)?; // [hd, nh, n]
-        let k = part(g, nkv, wq)?; // [hd, nkv, n]
-        let v = part(g, nkv, wq + wk)?; // [hd, nkv, n]
-        let v = g.reshape(v, &[wk, n])?; // [nkv·hd, n]
+        let q = rows_of(g, qkv, 0, wq, n)?; // [nh·hd, n]
+        let k = rows_of(g, qkv, wq, wk, n)?; // [nkv·hd, n]
+        let v = rows_of(g, qkv, wq + wk, wk, n)?; // [nkv·hd, n]
+        let q = g.reshape(q, &[hd, nh, n])?; // [hd, nh, n]
+        let k = g.reshape(k, &[hd, nkv, n])?; // [hd, nkv, n]
         let params = AttnParams::of_layer(hp, l, hp.attn_scale);
         let att = at.attend(g, l, (q, k, v), params)?; // [nh·hd, n]
         let o = wo.forward(g, att)?; // [e, n]
@@ -115,19 +105,6 @@ impl Decoder for Gpt2 {
         Norm::layer(g, lv, "output_norm", hp.n_embd, hp.norm_eps, true)?.forward(g, x)
     }
 
-    fn head(
-        &self,
-        g: &mut Graph,
-        lv: &mut dyn Leaves,
-        hp: &Hparams,
-        table: TensorId,
-    ) -> Result<TensorId> {
-        let dims = [hp.n_embd, hp.n_vocab];
-        Ok(lv
-            .optional(g, "output.weight", &dims, Init::Normal)?
-            .unwrap_or(table)) // [e, n_vocab]
-    }
-
     fn fresh_has(&self, c: &ModelConfig, name: &str) -> bool {
         if name == "output.weight" {
             return !c.tie_word_embeddings.unwrap_or(true);
@@ -140,30 +117,24 @@ impl Decoder for Gpt2 {
 /// `GPT2LMHeadModel` put `transformer.` in front; those of the bare `GPT2Model` (the original
 /// `gpt2` files) do not, which the loader tries next.
 pub fn hf_name(gguf: &str) -> Option<Cow<'static, str>> {
-    let fixed = match gguf {
-        "token_embd.weight" => Some("transformer.wte.weight"),
-        "position_embd.weight" => Some("transformer.wpe.weight"),
-        "output_norm.weight" => Some("transformer.ln_f.weight"),
-        "output_norm.bias" => Some("transformer.ln_f.bias"),
-        "output.weight" => Some("lm_head.weight"),
-        _ => None,
-    };
-    if let Some(f) = fixed {
-        return Some(Cow::Borrowed(f));
-    }
-    let rest = gguf.strip_prefix("blk.")?;
-    let (layer, tail) = rest.split_once('.')?;
-    let (part, kind) = tail.rsplit_once('.')?;
-    let module = match part {
-        "attn_norm" => "ln_1",
-        "attn_qkv" => "attn.c_attn",
-        "attn_output" => "attn.c_proj",
-        "ffn_norm" => "ln_2",
-        "ffn_up" => "mlp.c_fc",
-        "ffn_down" => "mlp.c_proj",
-        _ => return None,
-    };
-    Some(Cow::Owned(format!("transformer.h.{layer}.{module}.{kind}")))
+    const FIXED: [(&str, &str); 5] = [
+        ("token_embd.weight", "transformer.wte.weight"),
+        ("position_embd.weight", "transformer.wpe.weight"),
+        ("output_norm.weight", "transformer.ln_f.weight"),
+        ("output_norm.bias", "transformer.ln_f.bias"),
+        ("output.weight", "lm_head.weight"),
+    ];
+    super::hf_names::hf_name_in(gguf, &FIXED, "transformer.h", |part| {
+        Some(match part {
+            "attn_norm" => "ln_1",
+            "attn_qkv" => "attn.c_attn",
+            "attn_output" => "attn.c_proj",
+            "ffn_norm" => "ln_2",
+            "ffn_up" => "mlp.c_fc",
+            "ffn_down" => "mlp.c_proj",
+            _ => return None,
+        })
+    })
 }
 
 /// Whether HF tensor `name` is a `Conv1D` weight (stored `[in, out]`).

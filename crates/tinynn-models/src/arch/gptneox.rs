@@ -23,10 +23,10 @@ use tinynn_core::tensor::TensorId;
 use tinynn_format::model_config::ModelConfig;
 use tinynn_format::model_dir::Rearrange;
 
-use super::decoder::{Decoder, Embedded};
+use super::decoder::Decoder;
 use super::hparams::{ArchDefaults, Hparams};
 use super::llama::heads;
-use crate::common::{Attention, AttnParams, Init, Leaves, Norm};
+use crate::common::{rows_of, Attention, AttnParams, Leaves, Norm};
 use crate::Result;
 
 /// The GPT-NeoX decoder.
@@ -36,20 +36,6 @@ pub struct GptNeox;
 pub static GPTNEOX: GptNeox = GptNeox;
 
 impl Decoder for GptNeox {
-    fn embed(
-        &self,
-        g: &mut Graph,
-        lv: &mut dyn Leaves,
-        hp: &Hparams,
-        _: &Attention<'_>,
-        tokens: TensorId,
-    ) -> Result<Embedded> {
-        let dims = [hp.n_embd, hp.n_vocab];
-        let table = lv.tensor(g, "token_embd.weight", &dims, Init::Normal)?; // [e, n_vocab]
-        let x = g.get_rows(table, tokens)?; // [e, n]
-        Ok(Embedded { x, table })
-    }
-
     fn block(
         &self,
         g: &mut Graph,
@@ -72,12 +58,9 @@ impl Decoder for GptNeox {
 
         let h = attn_norm.forward(g, x)?; // [e, n]
         let qkv = wqkv.forward(g, h)?; // [wq + 2·wk, n]
-        let row = g.layout(qkv).nb[1];
-        let part = |g: &mut Graph, width: usize, at_col: usize| -> Result<TensorId> {
-            let v = g.view(qkv, &[width, n], &[row], at_col * 4)?;
-            Ok(g.cont(v)?)
-        };
-        let (q, k, v) = (part(g, wq, 0)?, part(g, wk, wq)?, part(g, wk, wq + wk)?);
+        let q = rows_of(g, qkv, 0, wq, n)?; // [nh·hd, n]
+        let k = rows_of(g, qkv, wq, wk, n)?; // [nkv·hd, n]
+        let v = rows_of(g, qkv, wq + wk, wk, n)?; // [nkv·hd, n]
         let q = heads(g, at, hp, l, q, [hd, nh, n], None)?; // [hd, nh, n]
         let k = heads(g, at, hp, l, k, [hd, nkv, n], None)?; // [hd, nkv, n]
         let params = AttnParams::of_layer(hp, l, hp.attn_scale);
@@ -111,19 +94,6 @@ impl Decoder for GptNeox {
         Norm::layer(g, lv, "output_norm", hp.n_embd, hp.norm_eps, true)?.forward(g, x)
     }
 
-    fn head(
-        &self,
-        g: &mut Graph,
-        lv: &mut dyn Leaves,
-        hp: &Hparams,
-        table: TensorId,
-    ) -> Result<TensorId> {
-        let dims = [hp.n_embd, hp.n_vocab];
-        Ok(lv
-            .optional(g, "output.weight", &dims, Init::Normal)?
-            .unwrap_or(table)) // [e, n_vocab]
-    }
-
     fn fresh_has(&self, c: &ModelConfig, name: &str) -> bool {
         if name == "output.weight" {
             return !c.tie_word_embeddings.unwrap_or(false);
@@ -141,31 +111,23 @@ impl Decoder for GptNeox {
 
 /// The HF (transformers GPT-NeoX layout) name of a GGUF tensor name.
 pub fn hf_name(gguf: &str) -> Option<Cow<'static, str>> {
-    let fixed = match gguf {
-        "token_embd.weight" => Some("gpt_neox.embed_in.weight"),
-        "output_norm.weight" => Some("gpt_neox.final_layer_norm.weight"),
-        "output_norm.bias" => Some("gpt_neox.final_layer_norm.bias"),
-        "output.weight" => Some("embed_out.weight"),
-        _ => None,
-    };
-    if let Some(f) = fixed {
-        return Some(Cow::Borrowed(f));
-    }
-    let rest = gguf.strip_prefix("blk.")?;
-    let (layer, tail) = rest.split_once('.')?;
-    let (part, kind) = tail.rsplit_once('.')?;
-    let module = match part {
-        "attn_norm" => "input_layernorm",
-        "attn_qkv" => "attention.query_key_value",
-        "attn_output" => "attention.dense",
-        "ffn_norm" => "post_attention_layernorm",
-        "ffn_up" => "mlp.dense_h_to_4h",
-        "ffn_down" => "mlp.dense_4h_to_h",
-        _ => return None,
-    };
-    Some(Cow::Owned(format!(
-        "gpt_neox.layers.{layer}.{module}.{kind}"
-    )))
+    const FIXED: [(&str, &str); 4] = [
+        ("token_embd.weight", "gpt_neox.embed_in.weight"),
+        ("output_norm.weight", "gpt_neox.final_layer_norm.weight"),
+        ("output_norm.bias", "gpt_neox.final_layer_norm.bias"),
+        ("output.weight", "embed_out.weight"),
+    ];
+    super::hf_names::hf_name_in(gguf, &FIXED, "gpt_neox.layers", |part| {
+        Some(match part {
+            "attn_norm" => "input_layernorm",
+            "attn_qkv" => "attention.query_key_value",
+            "attn_output" => "attention.dense",
+            "ffn_norm" => "post_attention_layernorm",
+            "ffn_up" => "mlp.dense_h_to_4h",
+            "ffn_down" => "mlp.dense_4h_to_h",
+            _ => return None,
+        })
+    })
 }
 
 /// The fused q/k/v weight and bias, whose rows transformers interleaves per head.

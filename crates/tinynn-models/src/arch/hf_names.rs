@@ -10,20 +10,31 @@ pub fn hf_name_with(
     gguf: &str,
     module: impl Fn(&str) -> Option<&'static str>,
 ) -> Option<Cow<'static, str>> {
-    let fixed = match gguf {
-        "token_embd.weight" => Some("model.embed_tokens.weight"),
-        "output_norm.weight" => Some("model.norm.weight"),
-        "output.weight" => Some("lm_head.weight"),
-        _ => None,
-    };
-    if let Some(f) = fixed {
-        return Some(Cow::Borrowed(f));
+    const FIXED: [(&str, &str); 3] = [
+        ("token_embd.weight", "model.embed_tokens.weight"),
+        ("output_norm.weight", "model.norm.weight"),
+        ("output.weight", "lm_head.weight"),
+    ];
+    hf_name_in(gguf, &FIXED, "model.layers", module)
+}
+
+/// The HF name of GGUF tensor `gguf` in a layout whose whole-model tensors are `fixed` (GGUF
+/// name, HF name) and whose block tensors are `{layers}.{N}.{module}.{weight|bias}` with
+/// `module(part)` for `blk.{N}.{part}.*`.
+pub fn hf_name_in(
+    gguf: &str,
+    fixed: &[(&str, &'static str)],
+    layers: &str,
+    module: impl Fn(&str) -> Option<&'static str>,
+) -> Option<Cow<'static, str>> {
+    if let Some(&(_, hf)) = fixed.iter().find(|(g, _)| *g == gguf) {
+        return Some(Cow::Borrowed(hf));
     }
     let rest = gguf.strip_prefix("blk.")?;
     let (layer, tail) = rest.split_once('.')?;
     let (part, kind) = tail.rsplit_once('.')?;
     let hf = module(part)?;
-    Some(Cow::Owned(format!("model.layers.{layer}.{hf}.{kind}")))
+    Some(Cow::Owned(format!("{layers}.{layer}.{hf}.{kind}")))
 }
 
 /// The modules both the Llama and the Gemma layouts name alike.

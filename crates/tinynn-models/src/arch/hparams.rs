@@ -3,9 +3,9 @@
 //! out ([`super::Decoder::defaults`]).
 
 use tinynn_core::ops::{Rope, RopeMode};
-use tinynn_format::model_config::{ModelConfig, SwaPattern};
+use tinynn_format::model_config::{ModelConfig, RopeScaling, SwaPattern};
 
-use crate::common::rope::rope_params;
+use crate::common::rope::{longrope_factors, rope_params};
 use crate::{ModelError, Result};
 
 /// Sliding-window attention: which layers use it and how they rotate.
@@ -51,6 +51,18 @@ pub struct Hparams {
     pub swa: Option<SlidingWindow>,
     /// Attention and feed-forward both read the block's input (GPT-NeoX's parallel residual).
     pub parallel_residual: bool,
+    /// LongRoPE (Phi-3): `freq_factors` holds the short factors; these take over past the
+    /// original context ([`Hparams::for_context`]).
+    pub longrope: Option<LongRope>,
+}
+
+/// LongRoPE's context switch.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LongRope {
+    /// Contexts up to this many tokens use the short factors.
+    pub original: usize,
+    /// The divisors of longer contexts (`None` where a file keeps them as a tensor).
+    pub long: Option<Vec<f32>>,
 }
 
 /// What an architecture assumes where a file is silent.
@@ -138,7 +150,39 @@ impl Hparams {
             embd_scale: defaults.scale_embeddings.then(|| (c.n_embd as f32).sqrt()),
             swa,
             parallel_residual: c.parallel_residual.unwrap_or(defaults.parallel_residual),
+            longrope: match &c.rope_scaling {
+                RopeScaling::LongRope {
+                    original_context,
+                    long_factor,
+                    ..
+                } => Some(LongRope {
+                    original: original_context
+                        .or(c.n_ctx_train)
+                        .map_or(usize::MAX, |n| usize::try_from(n).unwrap_or(usize::MAX)),
+                    long: match long_factor {
+                        Some(f) => Some(longrope_factors(f, rope.n_dims, "long_factor")?),
+                        None => None,
+                    },
+                }),
+                _ => None,
+            },
         })
+    }
+
+    /// Whether a context of `n_ctx` tokens rotates with LongRoPE's long factors (past the
+    /// original context, as llama.cpp decides it for the whole context).
+    pub fn uses_long_factors(&self, n_ctx: usize) -> bool {
+        self.longrope.as_ref().is_some_and(|l| n_ctx > l.original)
+    }
+
+    /// Makes `freq_factors` those of a context of `n_ctx` tokens (LongRoPE's long factors
+    /// past its original context; nothing changes for other models).
+    pub fn for_context(&mut self, n_ctx: usize) {
+        if self.uses_long_factors(n_ctx) {
+            if let Some(long) = self.longrope.as_ref().and_then(|l| l.long.clone()) {
+                self.freq_factors = Some(long);
+            }
+        }
     }
 
     /// Whether layer `l` attends through the sliding window.

@@ -16,9 +16,9 @@ use tinynn_core::graph::Graph;
 use tinynn_core::tensor::TensorId;
 use tinynn_format::model_config::ModelConfig;
 
-use super::decoder::{Decoder, Embedded};
+use super::decoder::Decoder;
 use super::hparams::{ArchDefaults, Hparams};
-use crate::common::{Attention, AttnParams, Init, Leaves, Mlp, MlpKind, Norm};
+use crate::common::{Attention, AttnParams, Leaves, Mlp, MlpKind, Norm};
 use crate::Result;
 
 /// The Llama-family decoder; the flags say which optional tensors a fresh model has (a model
@@ -57,20 +57,6 @@ pub static QWEN3: Llama = Llama {
 };
 
 impl Decoder for Llama {
-    fn embed(
-        &self,
-        g: &mut Graph,
-        lv: &mut dyn Leaves,
-        hp: &Hparams,
-        _: &Attention<'_>,
-        tokens: TensorId,
-    ) -> Result<Embedded> {
-        let dims = [hp.n_embd, hp.n_vocab];
-        let table = lv.tensor(g, "token_embd.weight", &dims, Init::Normal)?; // [e, n_vocab]
-        let x = g.get_rows(table, tokens)?; // [e, n]
-        Ok(Embedded { x, table })
-    }
-
     fn block(
         &self,
         g: &mut Graph,
@@ -91,19 +77,6 @@ impl Decoder for Llama {
         x: TensorId,
     ) -> Result<TensorId> {
         Norm::rms(g, lv, "output_norm.weight", hp.n_embd, hp.norm_eps)?.forward(g, x)
-    }
-
-    fn head(
-        &self,
-        g: &mut Graph,
-        lv: &mut dyn Leaves,
-        hp: &Hparams,
-        table: TensorId,
-    ) -> Result<TensorId> {
-        let dims = [hp.n_embd, hp.n_vocab];
-        Ok(lv
-            .optional(g, "output.weight", &dims, Init::Normal)?
-            .unwrap_or(table)) // [e, n_vocab]
     }
 
     fn fresh_has(&self, c: &ModelConfig, name: &str) -> bool {

@@ -1,5 +1,4 @@
-//! Phi-3's decoder (Phi-3 mini / small context variants, Phi-3.5 mini without LongRoPE) for
-//! inference and training:
+//! Phi-3's decoder (Phi-3 and Phi-3.5 mini) for inference and training:
 //!
 //! ```text
 //! x = token_embd[tokens]                                              [e, n]
@@ -11,8 +10,10 @@
 //! ```
 //!
 //! RMSNorm, RoPE on halves (NEOX). The window comes from the config and, as in transformers
-//! and llama.cpp, every layer uses it. LongRoPE (`su` / `longrope` scaling, the 128k models)
-//! is refused when the RoPE parameters are read.
+//! and llama.cpp, every layer uses it. LongRoPE (`su` / `longrope` scaling: Phi-3 128k,
+//! Phi-3.5) divides the frequencies by its short factors, or by its long ones when the
+//! context is longer than the original one (llama.cpp's rule; transformers switches when the
+//! sequence itself gets that long), and scales cos/sin (`common::rope`).
 
 use std::borrow::Cow;
 
@@ -20,11 +21,11 @@ use tinynn_core::graph::Graph;
 use tinynn_core::tensor::TensorId;
 use tinynn_format::model_config::ModelConfig;
 
-use super::decoder::{Decoder, Embedded};
+use super::decoder::Decoder;
 use super::hf_names;
 use super::hparams::{ArchDefaults, Hparams};
 use super::llama::heads;
-use crate::common::{Attention, AttnParams, Init, Leaves, Norm};
+use crate::common::{rows_of, Attention, AttnParams, Leaves, Norm};
 use crate::Result;
 
 /// The Phi-3 decoder.
@@ -33,28 +34,7 @@ pub struct Phi3;
 
 pub static PHI3: Phi3 = Phi3;
 
-/// Rows `from..from + rows` of each column of `t` (`[_, n]` F32), contiguous: `[rows, n]`.
-fn rows_of(g: &mut Graph, t: TensorId, from: usize, rows: usize, n: usize) -> Result<TensorId> {
-    let stride = g.layout(t).nb[1];
-    let v = g.view(t, &[rows, n], &[stride], from * 4)?;
-    Ok(g.cont(v)?)
-}
-
 impl Decoder for Phi3 {
-    fn embed(
-        &self,
-        g: &mut Graph,
-        lv: &mut dyn Leaves,
-        hp: &Hparams,
-        _: &Attention<'_>,
-        tokens: TensorId,
-    ) -> Result<Embedded> {
-        let dims = [hp.n_embd, hp.n_vocab];
-        let table = lv.tensor(g, "token_embd.weight", &dims, Init::Normal)?; // [e, n_vocab]
-        let x = g.get_rows(table, tokens)?; // [e, n]
-        Ok(Embedded { x, table })
-    }
-
     fn block(
         &self,
         g: &mut Graph,
@@ -107,19 +87,6 @@ impl Decoder for Phi3 {
         Norm::rms(g, lv, "output_norm.weight", hp.n_embd, hp.norm_eps)?.forward(g, x)
     }
 
-    fn head(
-        &self,
-        g: &mut Graph,
-        lv: &mut dyn Leaves,
-        hp: &Hparams,
-        table: TensorId,
-    ) -> Result<TensorId> {
-        let dims = [hp.n_embd, hp.n_vocab];
-        Ok(lv
-            .optional(g, "output.weight", &dims, Init::Normal)?
-            .unwrap_or(table)) // [e, n_vocab]
-    }
-
     fn fresh_has(&self, c: &ModelConfig, name: &str) -> bool {
         name == "output.weight" && !c.tie_word_embeddings.unwrap_or(false)
     }
@@ -150,7 +117,7 @@ mod tests {
     use crate::arch::Hparams;
 
     #[test]
-    fn names_map_and_longrope_is_refused() {
+    fn names_map_and_longrope_factors_follow_the_context() {
         assert_eq!(
             hf_name("blk.2.attn_qkv.weight").as_deref(),
             Some("model.layers.2.self_attn.qkv_proj.weight")
@@ -174,12 +141,31 @@ mod tests {
             rope_freq_base: None,
             rope_scaling: RopeScaling::LongRope {
                 original_context: Some(16),
+                short_factor: Some(vec![1.0]),
+                long_factor: Some(vec![2.0, 4.0]),
+                attn_factor: None,
             },
             tie_word_embeddings: Some(false),
             parallel_residual: None,
             attn: Default::default(),
         };
+        // Two rotated pairs a head: one short factor is refused, two are taken; the long ones
+        // take over past the original 16 tokens, and cos/sin scale by sqrt(1 + ln 4 / ln 16).
         let e = Hparams::from_config(&c, true).unwrap_err().to_string();
-        assert!(e.contains("LongRope") && e.contains("not supported"), "{e}");
+        assert!(
+            e.contains("short_factor has 1 values") && e.contains("2 pairs"),
+            "{e}"
+        );
+        let mut c = c;
+        if let RopeScaling::LongRope { short_factor, .. } = &mut c.rope_scaling {
+            *short_factor = Some(vec![1.0, 1.5]);
+        }
+        let mut hp = Hparams::from_config(&c, true).unwrap();
+        assert_eq!(hp.freq_factors.as_deref(), Some(&[1.0f32, 1.5][..]));
+        assert!((hp.rope.attn_factor - 1.5f32.sqrt()).abs() < 1e-6);
+        hp.for_context(16);
+        assert_eq!(hp.freq_factors.as_deref(), Some(&[1.0f32, 1.5][..]));
+        hp.for_context(17);
+        assert_eq!(hp.freq_factors.as_deref(), Some(&[2.0f32, 4.0][..]));
     }
 }

@@ -41,6 +41,14 @@ pub struct Linear {
     pub lora: Vec<LoraBranch>,
 }
 
+/// Rows `from..from + rows` of every column of `t` (F32 `[_, n]`, e.g. one part of a fused
+/// q/k/v or gate/up projection's output), contiguous: `[rows, n]`.
+pub fn rows_of(g: &mut Graph, t: TensorId, from: usize, rows: usize, n: usize) -> Result<TensorId> {
+    let stride = g.layout(t).nb[1];
+    let v = g.view(t, &[rows, n], &[stride], from * 4)?;
+    Ok(g.cont(v)?)
+}
+
 impl Linear {
     /// `W·x + Σ scale·B·(A·dropout(x)) + b` of x `[n_in, n]`: `[n_out, n]`.
     pub fn forward(&self, g: &mut Graph, x: TensorId) -> Result<TensorId> {

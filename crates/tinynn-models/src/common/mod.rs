@@ -20,7 +20,7 @@ pub mod rope;
 
 pub use attention::{Attention, AttnMode, AttnParams, KvCache};
 pub use leaves::{Init, Leaves};
-pub use linear::{Dropout, Linear, LoraBranch};
+pub use linear::{rows_of, Dropout, Linear, LoraBranch};
 pub use mlp::{Mlp, MlpKind};
 pub use norm::{Norm, NormKind};
 pub use rope::RopeInputs;

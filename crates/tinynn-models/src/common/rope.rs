@@ -38,6 +38,12 @@ pub fn rope_params(c: &ModelConfig, mode: RopeMode) -> Result<(Rope, Option<Vec<
         RopeScaling::Linear { factor } if *factor > 0.0 => rope.freq_scale = (1.0 / factor) as f32,
         // Llama 3: per-dimension frequency divisors (computed in `llama3_freq_factors`).
         RopeScaling::Llama3 { .. } => {}
+        // LongRoPE: divisors per pair (see `longrope_factors`), cos/sin scaled.
+        RopeScaling::LongRope {
+            original_context,
+            attn_factor,
+            ..
+        } => rope.attn_factor = longrope_attn_factor(c, *original_context, *attn_factor) as f32,
         // YaRN: interpolate low frequencies, extrapolate high ones, scale cos/sin.
         RopeScaling::Yarn {
             factor,
@@ -73,9 +79,43 @@ pub fn rope_params(c: &ModelConfig, mode: RopeMode) -> Result<(Rope, Option<Vec<
             high_freq_factor.unwrap_or(4.0),
             original_context.unwrap_or(8192) as f64,
         )),
+        RopeScaling::LongRope {
+            short_factor: Some(ref f),
+            ..
+        } => Some(longrope_factors(f, rope.n_dims, "short_factor")?),
         _ => None,
     };
     Ok((rope, freq_factors))
+}
+
+/// LongRoPE's cos/sin scale: the config's, else `sqrt(1 + ln(s) / ln(original))` for the
+/// stretch `s = n_ctx_train / original` (1 when `s ≤ 1`), as transformers computes it.
+fn longrope_attn_factor(c: &ModelConfig, original: Option<u64>, given: Option<f64>) -> f64 {
+    if let Some(f) = given {
+        return f;
+    }
+    let (Some(original), Some(n_ctx)) = (original, c.n_ctx_train) else {
+        return 1.0;
+    };
+    let s = n_ctx as f64 / original as f64;
+    if s <= 1.0 || original < 2 {
+        1.0
+    } else {
+        (1.0 + s.ln() / (original as f64).ln()).sqrt()
+    }
+}
+
+/// LongRoPE divisors `f` (one per rotated pair of `n_dims`) as f32; `what` names them in
+/// errors.
+pub fn longrope_factors(f: &[f64], n_dims: usize, what: &str) -> Result<Vec<f32>> {
+    if f.len() != n_dims / 2 || f.iter().any(|x| !x.is_finite() || *x <= 0.0) {
+        return Err(ModelError::Invalid(format!(
+            "LongRoPE {what} has {} values; RoPE turns {} pairs and each factor must be finite              and positive",
+            f.len(),
+            n_dims / 2
+        )));
+    }
+    Ok(f.iter().map(|&x| x as f32).collect())
 }
 
 /// Llama 3's frequency divisors: 1 for short wavelengths, `factor` for long ones, a smooth

@@ -118,14 +118,19 @@ pub fn convert_hf(model: &Model, out: &Path, opts: &ConvertOptions) -> Result<Co
         let dims = d.dims.iter().map(|&x| x as u64).collect();
         encoded.push((d.name.clone(), ty, dims, bytes));
     }
-    if let Some(f) = &hp.freq_factors {
-        let bytes = f.iter().flat_map(|x| x.to_le_bytes()).collect();
-        encoded.push((
-            "rope_freqs.weight".into(),
-            GgmlType::F32,
-            vec![f.len() as u64],
-            bytes,
-        ));
+    // RoPE divisors as llama.cpp keeps them: Llama 3's one set, LongRoPE's short and long.
+    let divisors: Vec<(&str, Option<&Vec<f32>>)> = match &hp.longrope {
+        None => vec![("rope_freqs.weight", hp.freq_factors.as_ref())],
+        Some(l) => vec![
+            ("rope_factors_short.weight", hp.freq_factors.as_ref()),
+            ("rope_factors_long.weight", l.long.as_ref()),
+        ],
+    };
+    for (name, f) in divisors {
+        if let Some(f) = f {
+            let bytes = f.iter().flat_map(|x| x.to_le_bytes()).collect();
+            encoded.push((name.into(), GgmlType::F32, vec![f.len() as u64], bytes));
+        }
     }
     for (name, ty, dims, bytes) in &encoded {
         w.add_tensor(name, *ty, dims, bytes)?;
@@ -285,6 +290,20 @@ fn write_config(
         // Llama 3: the frequency divisors go in a `rope_freqs.weight` tensor, as llama.cpp
         // writes them (see `convert_hf`).
         RopeScaling::Llama3 { .. } => {}
+        // LongRoPE: the divisors are tensors too; the cos/sin scale and the context the short
+        // ones serve are keys (no scaling type, as llama.cpp writes Phi-3 files).
+        RopeScaling::LongRope {
+            original_context, ..
+        } => {
+            w.set(
+                &key(Key::RopeScalingAttnFactor),
+                Value::F32(hp.rope.attn_factor),
+            );
+            if let Some(n) = original_context {
+                let n = u32_of("original context", *n)?;
+                w.set(&key(Key::RopeScalingOriginalContextLength), Value::U32(n));
+            }
+        }
         other => {
             return Err(ModelError::Invalid(format!(
                 "RoPE scaling {other:?} is not converted yet"

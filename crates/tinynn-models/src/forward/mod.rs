@@ -130,7 +130,8 @@ pub fn forward_graph<'a>(
         l.adapter.check_base(&src)?;
     }
     check_cache_type(spec.cache_type)?;
-    let hp = Hparams::from_config(config, src.is_hf())?;
+    let mut hp = Hparams::from_config(config, src.is_hf())?;
+    hp.for_context(spec.n_cells);
     check_counts(&spec)?;
     let dec = arch::of_config(config)?.decoder;
     let mut g = Graph::new();
@@ -159,8 +160,14 @@ pub fn forward_graph<'a>(
     // computed from the config and written by the session.
     let n_pairs = hp.rope.n_dims / 2;
     let mut freq_input = None;
-    let freqs = if lv.has("rope_freqs.weight")? {
-        Some(lv.tensor(&mut g, "rope_freqs.weight", &[n_pairs], Init::Ones)?)
+    // LongRoPE files (Phi-3) keep short and long divisors; the context picks one.
+    let file_freqs = match (&hp.longrope, hp.uses_long_factors(spec.n_cells)) {
+        (None, _) => "rope_freqs.weight",
+        (Some(_), false) => "rope_factors_short.weight",
+        (Some(_), true) => "rope_factors_long.weight",
+    };
+    let freqs = if lv.has(file_freqs)? {
+        Some(lv.tensor(&mut g, file_freqs, &[n_pairs], Init::Ones)?)
     } else if hp.freq_factors.is_some() {
         let t = g.input("rope_freqs", GgmlType::F32, &[n_pairs])?;
         freq_input = Some(t);
