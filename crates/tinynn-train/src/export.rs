@@ -65,7 +65,7 @@ impl<B: Backend> Trainer<B> {
                 .map(|(name, dims, data)| encode(name, dims, data, ty))
                 .collect::<Result<Vec<_>>>()?
         };
-        if let Some(t) = &self.rope_freqs_tensor {
+        for t in &self.rope_tensors {
             encoded.push(encode(&t.name, &t.dims, &t.data, ty)?);
         }
         let mut w = GgufWriter::new();

@@ -84,8 +84,9 @@ pub(crate) struct Loaded<'a> {
     pub frozen: Vec<Frozen>,
     /// The GGUF metadata to copy into an export (GGUF sources only).
     pub gguf_metadata: Option<Vec<(String, Value)>>,
-    /// A GGUF `rope_freqs.weight`, carried into exports.
-    pub rope_freqs_tensor: Option<NamedTensor>,
+    /// A GGUF file's RoPE divisor tensors (`rope_freqs.weight`, LongRoPE's
+    /// `rope_factors_short/long.weight`), carried into exports.
+    pub rope_tensors: Vec<NamedTensor>,
 }
 
 /// Resolves `source`; with `lora`, the model's tensors become the frozen base (in their file
@@ -176,7 +177,7 @@ fn resolve_full(source: TrainSource<'_>, frozen: bool) -> Result<Loaded<'_>> {
                 deferred: None,
                 frozen: Vec::new(),
                 gguf_metadata: None,
-                rope_freqs_tensor: None,
+                rope_tensors: Vec::new(),
             })
         }
         TrainSource::Model(src) => {
@@ -201,13 +202,25 @@ fn resolve_full(source: TrainSource<'_>, frozen: bool) -> Result<Loaded<'_>> {
                 (Some(src), Vec::new())
             };
             let n_pairs = hparams.rope.n_dims / 2;
-            let mut rope_freqs_tensor = load_tensor(&src, "rope_freqs.weight", &[n_pairs])?;
-            if rope_freqs_tensor.is_none() && hparams.longrope.is_some() {
-                // LongRoPE GGUF files (Phi-3): training sequences use the short divisors.
-                rope_freqs_tensor = load_tensor(&src, "rope_factors_short.weight", &[n_pairs])?;
+            let mut rope_tensors = Vec::new();
+            for name in [
+                "rope_freqs.weight",
+                "rope_factors_short.weight",
+                "rope_factors_long.weight",
+            ] {
+                rope_tensors.extend(load_tensor(&src, name, &[n_pairs])?);
             }
-            if let Some(t) = &rope_freqs_tensor {
-                hparams.freq_factors = Some(t.data.clone());
+            // Llama 3's divisors, or LongRoPE's short ones (the trainer switches to the long
+            // ones for sequences past the original context: `Hparams::for_context`).
+            for t in &rope_tensors {
+                match t.name.as_str() {
+                    "rope_factors_long.weight" => {
+                        if let Some(l) = &mut hparams.longrope {
+                            l.long = Some(t.data.clone());
+                        }
+                    }
+                    _ => hparams.freq_factors = Some(t.data.clone()),
+                }
             }
             let gguf_metadata = match src {
                 WeightSource::Gguf(f) => Some(
@@ -228,7 +241,7 @@ fn resolve_full(source: TrainSource<'_>, frozen: bool) -> Result<Loaded<'_>> {
                 deferred,
                 frozen,
                 gguf_metadata,
-                rope_freqs_tensor,
+                rope_tensors,
             })
         }
     }

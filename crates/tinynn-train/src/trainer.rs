@@ -155,7 +155,7 @@ pub struct Trainer<B: Backend = Executor> {
     scalar: Vec<f32>,
     step: u64,
     pub(crate) gguf_metadata: Option<Vec<(String, Value)>>,
-    pub(crate) rope_freqs_tensor: Option<NamedTensor>,
+    pub(crate) rope_tensors: Vec<NamedTensor>,
     trace: Option<String>,
 }
 
@@ -201,6 +201,9 @@ impl<B: Backend> Trainer<B> {
             l.check()?;
         }
         let mut loaded = resolve(source.into(), cfg.lora.as_ref())?;
+        // LongRoPE: sequences past the original context rotate with the long divisors, as
+        // transformers rotates such a sequence.
+        loaded.hparams.for_context(cfg.seq);
         let shape = BatchShape {
             batch: cfg.batch,
             seq: cfg.seq,
@@ -282,7 +285,7 @@ impl<B: Backend> Trainer<B> {
             scalar: Vec::with_capacity(1),
             step: 0,
             gguf_metadata: loaded.gguf_metadata,
-            rope_freqs_tensor: loaded.rope_freqs_tensor,
+            rope_tensors: loaded.rope_tensors,
             trace: None,
         };
         t.load_params(&loaded.values)?;

@@ -183,3 +183,80 @@ fn mistral_window_training_loss_matches_transformers_logits() {
     println!("tiny-mistral-swa: training loss {got} vs transformers {want} (rel {err:.2e})");
     assert!(err < 1e-5, "{got} vs {want}");
 }
+
+/// Phi-3 LongRoPE in training: a 14-token sequence (within the original 16) rotates with the
+/// short divisors, a 24-token one with the long ones, as transformers does for such sequences
+/// (the loss of its logits, committed by make-zoo-fixtures.py) — from the HF directory, and
+/// from the converted GGUF file, whose export keeps both divisor tensors.
+#[test]
+fn phi3_longrope_training_follows_the_sequence_length() {
+    use tinynn_format::gguf::GgufFile;
+    use tinynn_train::TrainConfig;
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../tinynn-models/tests/fixtures/tiny-phi3-longrope");
+    let reference = |file: &str| -> (Vec<i32>, Vec<i32>, f32) {
+        let v: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(dir.join(file)).unwrap()).unwrap();
+        let tokens: Vec<i32> = v["tokens"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t.as_i64().unwrap() as i32)
+            .collect();
+        let rows = v["logits"].as_array().unwrap();
+        let mut nll = 0f64;
+        for (i, row) in rows.iter().enumerate().take(tokens.len() - 1) {
+            let row: Vec<f64> = row
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|x| x.as_f64().unwrap())
+                .collect();
+            let max = row.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+            let lse = max + row.iter().map(|x| (x - max).exp()).sum::<f64>().ln();
+            nll += lse - row[tokens[i + 1] as usize];
+        }
+        let labels: Vec<i32> = tokens[1..].iter().copied().chain([-100]).collect();
+        let loss = (nll / (tokens.len() - 1) as f64) as f32;
+        (tokens, labels, loss)
+    };
+    let cfg = |seq: usize| TrainConfig {
+        seq,
+        batch: 1,
+        threads: 2,
+        ..TrainConfig::default()
+    };
+    let hf = HfModelDir::open(&dir).unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let gguf_path = tmp.path().join("phi3-longrope.gguf");
+    let model = tinynn_models::model::Model::open(&dir).unwrap();
+    let opts = tinynn_models::convert::ConvertOptions {
+        out_type: tinynn_format::GgmlType::F32,
+        tokenizer: false,
+    };
+    tinynn_models::convert::convert_hf(&model, &gguf_path, &opts).unwrap();
+    let gguf = GgufFile::open(&gguf_path).unwrap();
+    for file in ["logits.json", "logits_long.json"] {
+        let (ids, labels, want) = reference(file);
+        for (from, mut t) in [
+            ("hf", Trainer::new(&hf, cfg(ids.len())).unwrap()),
+            ("gguf", Trainer::new(&gguf, cfg(ids.len())).unwrap()),
+        ] {
+            let got = t.eval_loss(&ids, &labels).unwrap();
+            let rel = f64::from((got - want).abs()) / f64::from(want);
+            println!(
+                "phi3 LongRoPE {file} ({from}, seq {}): loss {got} vs {want} (rel {rel:.1e})",
+                ids.len()
+            );
+            assert!(rel <= TOL, "{file} from {from}: {got} vs {want}");
+            if from == "gguf" && file == "logits_long.json" {
+                let out = tmp.path().join("exported.gguf");
+                t.export_gguf(&out, tinynn_format::GgmlType::F32).unwrap();
+                let e = GgufFile::open(&out).unwrap();
+                for name in ["rope_factors_short.weight", "rope_factors_long.weight"] {
+                    assert!(e.tensor(name).is_some(), "the export lost {name}");
+                }
+            }
+        }
+    }
+}
