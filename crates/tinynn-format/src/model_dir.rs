@@ -100,8 +100,8 @@ impl Rearrange {
 struct Transposed {
     /// `None` when nothing was selected.
     map: Option<memmap2::MmapMut>,
-    /// Tensor name → its byte range in `map`.
-    at: HashMap<String, std::ops::Range<usize>>,
+    /// Tensor name → its byte range in `map`, and how it was rearranged.
+    at: HashMap<String, (std::ops::Range<usize>, Rearrange)>,
 }
 
 impl HfModelDir {
@@ -252,7 +252,7 @@ impl HfModelDir {
                 }
                 let start = len.next_multiple_of(64);
                 len = start + data.len();
-                tr.at.insert(t.name.clone(), start..len);
+                tr.at.insert(t.name.clone(), (start..len, how));
                 selected.push((data, start, t.shape.clone(), elem, how));
             }
         }
@@ -271,8 +271,18 @@ impl HfModelDir {
     /// The rearranged copy of `name` made by [`HfModelDir::rearrange`] (a transposed one's
     /// shape is the file's reversed), when there is one.
     pub fn transposed(&self, name: &str) -> Option<&[u8]> {
-        let range = self.transposed.get()?.at.get(name)?;
-        Some(&self.transposed_bytes()[range.clone()])
+        self.rearranged(name).map(|(bytes, _)| bytes)
+    }
+
+    /// [`HfModelDir::transposed`] with the rearrangement that made the copy.
+    pub fn rearranged(&self, name: &str) -> Option<(&[u8], Rearrange)> {
+        let (range, how) = self.transposed.get()?.at.get(name)?;
+        Some((&self.transposed_bytes()[range.clone()], *how))
+    }
+
+    /// Whether [`HfModelDir::rearrange`] has made its copies (later calls do nothing).
+    pub fn is_rearranged(&self) -> bool {
+        self.transposed.get().is_some()
     }
 
     /// Every copy of [`HfModelDir::transposed`], back to back (empty before

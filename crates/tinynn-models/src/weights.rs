@@ -70,7 +70,7 @@ impl<'a> WeightSource<'a> {
                 let model_type = d.config.model_type.as_deref().unwrap_or("");
                 let arch = arch::by_hf_model_type(model_type)
                     .ok_or_else(|| ModelError::UnsupportedArchitecture(model_type.to_string()))?;
-                if let Some(plan) = arch.hf_rearranged {
+                if let Some(plan) = arch.hf_rearranged.filter(|_| !d.is_rearranged()) {
                     // Made once, on first use (`Model::from_hf` asks at open).
                     let c = ModelConfig::from_hf(&d.config)?;
                     d.rearrange(|n| plan(n, &c))?;
@@ -93,14 +93,10 @@ impl<'a> WeightSource<'a> {
                 else {
                     return Ok(None);
                 };
-                if let Some(data) = d.transposed(&hf) {
+                if let Some((data, how)) = d.rearranged(&hf) {
                     // A transposed copy is [out, in], whose ggml dims are the file's; regrouped
                     // rows keep the file's shape.
-                    let transposed = arch
-                        .hf_rearranged
-                        .and_then(|plan| plan(&hf, &ModelConfig::from_hf(&d.config).ok()?))
-                        == Some(tinynn_format::model_dir::Rearrange::Transpose);
-                    let dims = if transposed {
+                    let dims = if how == tinynn_format::model_dir::Rearrange::Transpose {
                         t.shape.iter().map(|&d| d as u64).collect()
                     } else {
                         t.shape.iter().rev().map(|&d| d as u64).collect()
