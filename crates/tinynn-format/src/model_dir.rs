@@ -100,8 +100,20 @@ impl Rearrange {
 struct Transposed {
     /// `None` when nothing was selected.
     map: Option<memmap2::MmapMut>,
-    /// Tensor name → its byte range in `map`, and how it was rearranged.
-    at: HashMap<String, (std::ops::Range<usize>, Rearrange)>,
+    /// Tensor name → its byte range in `map`, how it was rearranged, and the copy's dtype.
+    at: HashMap<String, (std::ops::Range<usize>, Rearrange, Dtype)>,
+}
+
+/// A rearranged copy made by [`HfModelDir::rearrange`].
+#[derive(Clone, Copy, Debug)]
+pub struct Rearranged<'a> {
+    /// The copy's little-endian bytes.
+    pub bytes: &'a [u8],
+    /// How it was rearranged.
+    pub how: Rearrange,
+    /// Its element type: the file's, except a 1-D F16 / BF16 tensor, whose copy is made from
+    /// its F32 [`HfModelDir::upcast`] and is F32.
+    pub dtype: Dtype,
 }
 
 impl HfModelDir {
@@ -216,7 +228,13 @@ impl HfModelDir {
                 if tr.at.contains_key(&t.name) {
                     continue;
                 }
-                let elem = match t.dtype {
+                // A 1-D half tensor (a bias) is rearranged from its F32 copy, as the ops
+                // reading it take F32.
+                let (data, dtype) = match self.upcast(&t.name) {
+                    Some(up) => (up, Dtype::F32),
+                    None => (shard.tensor_data(t), t.dtype),
+                };
+                let elem = match dtype {
                     Dtype::F32 => 4,
                     Dtype::F16 | Dtype::BF16 => 2,
                     other => {
@@ -229,7 +247,6 @@ impl HfModelDir {
                         ))
                     }
                 };
-                let data = shard.tensor_data(t);
                 let n: Option<usize> = t.shape.iter().try_fold(1usize, |a, &d| a.checked_mul(d));
                 if n.and_then(|n| n.checked_mul(elem)) != Some(data.len()) {
                     return Err(Error::invalid(
@@ -252,7 +269,7 @@ impl HfModelDir {
                 }
                 let start = len.next_multiple_of(64);
                 len = start + data.len();
-                tr.at.insert(t.name.clone(), (start..len, how));
+                tr.at.insert(t.name.clone(), (start..len, how, dtype));
                 selected.push((data, start, t.shape.clone(), elem, how));
             }
         }
@@ -271,13 +288,17 @@ impl HfModelDir {
     /// The rearranged copy of `name` made by [`HfModelDir::rearrange`] (a transposed one's
     /// shape is the file's reversed), when there is one.
     pub fn transposed(&self, name: &str) -> Option<&[u8]> {
-        self.rearranged(name).map(|(bytes, _)| bytes)
+        self.rearranged(name).map(|r| r.bytes)
     }
 
-    /// [`HfModelDir::transposed`] with the rearrangement that made the copy.
-    pub fn rearranged(&self, name: &str) -> Option<(&[u8], Rearrange)> {
-        let (range, how) = self.transposed.get()?.at.get(name)?;
-        Some((&self.transposed_bytes()[range.clone()], *how))
+    /// [`HfModelDir::transposed`] with the rearrangement that made the copy and its dtype.
+    pub fn rearranged(&self, name: &str) -> Option<Rearranged<'_>> {
+        let (range, how, dtype) = self.transposed.get()?.at.get(name)?;
+        Some(Rearranged {
+            bytes: &self.transposed_bytes()[range.clone()],
+            how: *how,
+            dtype: *dtype,
+        })
     }
 
     /// Whether [`HfModelDir::rearrange`] has made its copies (later calls do nothing).

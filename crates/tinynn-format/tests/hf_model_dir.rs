@@ -536,4 +536,28 @@ fn selected_matrices_are_transposed_once() {
     })
     .unwrap();
     assert_eq!(f32s(d.transposed("qkv").unwrap()), [0., 3., 1., 4., 2., 5.]);
+
+    // A 1-D BF16 tensor (GPT-NeoX's fused q/k/v bias) is regrouped from its F32 copy.
+    let dir = tempfile::tempdir().unwrap();
+    write_config(dir.path());
+    let rows: Vec<u8> = (0..6)
+        .flat_map(|i| half::bf16::from_f32(i as f32).to_le_bytes())
+        .collect();
+    let header = json!({"bias": {"dtype": "BF16", "shape": [6], "data_offsets": [0, 12]}});
+    let h = serde_json::to_vec(&header).unwrap();
+    let mut bytes = (h.len() as u64).to_le_bytes().to_vec();
+    bytes.extend_from_slice(&h);
+    bytes.extend(&rows);
+    write(dir.path(), "model.safetensors", &bytes);
+    let d = HfModelDir::open(dir.path()).unwrap();
+    d.rearrange(|_| {
+        Some(Rearrange::GroupRows {
+            groups: 2,
+            parts: 3,
+        })
+    })
+    .unwrap();
+    let r = d.rearranged("bias").unwrap();
+    assert_eq!(r.dtype, tinynn_format::safetensors::Dtype::F32);
+    assert_eq!(f32s(r.bytes), [0., 3., 1., 4., 2., 5.]);
 }

@@ -93,18 +93,18 @@ impl<'a> WeightSource<'a> {
                 else {
                     return Ok(None);
                 };
-                if let Some((data, how)) = d.rearranged(&hf) {
+                if let Some(r) = d.rearranged(&hf) {
                     // A transposed copy is [out, in], whose ggml dims are the file's; regrouped
                     // rows keep the file's shape.
-                    let dims = if how == tinynn_format::model_dir::Rearrange::Transpose {
+                    let dims = if r.how == tinynn_format::model_dir::Rearrange::Transpose {
                         t.shape.iter().map(|&d| d as u64).collect()
                     } else {
                         t.shape.iter().rev().map(|&d| d as u64).collect()
                     };
                     return Ok(Some(Weight {
-                        dtype: dtype_of(&hf, t.dtype)?,
+                        dtype: dtype_of(&hf, r.dtype)?,
                         dims,
-                        data,
+                        data: r.bytes,
                     }));
                 }
                 let dims = t.shape.iter().rev().map(|&d| d as u64).collect();

@@ -3,22 +3,31 @@
 //! reference f32 copy holding the same rounded values. The half-precision directory must load
 //! and, in strict mode, give the reference copy's logits (the existing fixture tests show that
 //! strict f32 logits are transformers' within 1e-4, whatever the weights); in normal mode its
-//! logits must be finite and near them.
+//! logits must be finite and near them. Each rewritten directory is also converted to GGUF
+//! (`tnn convert`: BF16 from bf16, F16 from f16, F32 from mixed) and must keep its strict
+//! logits and greedy tokens.
 
 use std::path::Path;
 
 use safetensors::tensor::{Dtype, SafeTensors, TensorView};
 use tinynn_cpu::ExecOptions;
+use tinynn_format::GgmlType;
+use tinynn_models::convert::{convert_hf, ConvertOptions};
 use tinynn_models::model::Model;
 use tinynn_models::session::{Session, SessionOptions};
 
-const FIXTURES: [&str; 5] = [
-    "tiny-llama",
-    "tiny-llama-yarn",
-    "tiny-llama3",
-    "tiny-qwen2",
-    "tiny-qwen3",
-];
+/// Every architecture's HF fixture directory (`tests/fixtures/tiny-*`), sorted.
+fn fixtures() -> Vec<String> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
+    let mut names: Vec<String> = std::fs::read_dir(root)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("tiny-"))
+        .collect();
+    names.sort();
+    assert!(names.len() >= 13, "fixtures found: {names:?}");
+    names
+}
 
 /// A value rounded to `dtype` (F32: unchanged), and its little-endian bytes in that type.
 fn round(x: f32, dtype: Dtype) -> (f32, Vec<u8>) {
@@ -72,17 +81,26 @@ fn rewrite(src: &Path, half_dir: &Path, ref_dir: &Path, pick: &dyn Fn(&str, &[us
     }
 }
 
-/// Every position's logits of the fixture's token sequence.
-fn logits(dir: &Path, strict: bool) -> Vec<f32> {
+/// The fixture's token sequence.
+fn tokens(dir: &Path) -> Vec<u32> {
     let reference: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(dir.join("logits.json")).unwrap()).unwrap();
-    let tokens: Vec<u32> = reference["tokens"]
+    reference["tokens"]
         .as_array()
         .unwrap()
         .iter()
         .map(|t| t.as_u64().unwrap() as u32)
-        .collect();
-    let model = Model::open(dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
+        .collect()
+}
+
+/// Every position's logits of the fixture's token sequence, for the model at `path` (a
+/// directory or a GGUF file).
+fn logits(dir: &Path, strict: bool) -> Vec<f32> {
+    logits_of(dir, &tokens(dir), strict)
+}
+
+fn session(path: &Path, strict: bool) -> Session {
+    let model = Model::open(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     let so = SessionOptions {
         n_ctx: 32,
         exec: ExecOptions {
@@ -93,9 +111,26 @@ fn logits(dir: &Path, strict: bool) -> Vec<f32> {
         all_logits: true,
         ..SessionOptions::default()
     };
-    let mut s = Session::with_options(model, so).unwrap();
-    s.eval_batch(&tokens).unwrap();
+    Session::with_options(model, so).unwrap()
+}
+
+fn logits_of(path: &Path, tokens: &[u32], strict: bool) -> Vec<f32> {
+    let mut s = session(path, strict);
+    s.eval_batch(tokens).unwrap();
     s.all_logits().to_vec()
+}
+
+/// 12 greedy tokens after the first 4 of `tokens`, in strict mode.
+fn greedy(path: &Path, tokens: &[u32]) -> Vec<u32> {
+    let mut s = session(path, true);
+    let mut logits = s.eval_batch(&tokens[..4]).unwrap().to_vec();
+    let mut out = Vec::new();
+    for _ in 0..12 {
+        let t = tinynn_models::session::argmax(&logits);
+        out.push(t);
+        logits = s.eval(t).unwrap().to_vec();
+    }
+    out
 }
 
 fn largest_difference(a: &[f32], b: &[f32]) -> f32 {
@@ -106,14 +141,16 @@ fn largest_difference(a: &[f32], b: &[f32]) -> f32 {
         .fold(0.0, f32::max)
 }
 
-fn check(precision: &str, pick: &dyn Fn(&str, &[usize]) -> Dtype) {
+/// `pick` gives each tensor's dtype; `gguf_type` is what `tnn convert` writes the rewritten
+/// directory as.
+fn check(precision: &str, pick: &dyn Fn(&str, &[usize]) -> Dtype, gguf_type: GgmlType) {
     let tmp = tempfile::tempdir().unwrap();
-    for name in FIXTURES {
+    for name in fixtures() {
         let src = Path::new(env!("CARGO_MANIFEST_DIR"))
             .join("tests/fixtures")
-            .join(name);
+            .join(&name);
         let (half_dir, ref_dir) = (
-            tmp.path().join(name),
+            tmp.path().join(&name),
             tmp.path().join(format!("{name}-ref")),
         );
         rewrite(&src, &half_dir, &ref_dir, pick);
@@ -128,29 +165,53 @@ fn check(precision: &str, pick: &dyn Fn(&str, &[usize]) -> Dtype) {
         let d = largest_difference(&fast, &want);
         eprintln!("{name} {precision}: normal mode differs by {d:.2e} (largest logit {scale:.2})");
         assert!(d <= 0.05 * scale, "{name} {precision}: normal mode {d}");
+
+        // HF → GGUF (`tnn convert`) keeps the values: the same strict logits and greedy text.
+        let gguf = tmp.path().join(format!("{name}-{precision}.gguf"));
+        let hf = Model::open(&half_dir).unwrap();
+        let opts = ConvertOptions {
+            out_type: gguf_type,
+            tokenizer: half_dir.join("tokenizer.json").is_file(),
+        };
+        convert_hf(&hf, &gguf, &opts).unwrap();
+        let tokens = tokens(&half_dir);
+        let d = largest_difference(&logits_of(&gguf, &tokens, true), &strict);
+        eprintln!(
+            "{name} {precision}: converted to {gguf_type:?}, strict logits differ by {d:.2e}"
+        );
+        assert!(d <= 1e-5, "{name} {precision}: converted {d}");
+        assert_eq!(
+            greedy(&gguf, &tokens),
+            greedy(&half_dir, &tokens),
+            "{name} {precision}: greedy tokens of the converted file"
+        );
     }
 }
 
 #[test]
 fn bf16_checkpoints_load_and_match_their_f32_values() {
-    check("bf16", &|_, _| Dtype::BF16);
+    check("bf16", &|_, _| Dtype::BF16, GgmlType::Bf16);
 }
 
 #[test]
 fn f16_checkpoints_load_and_match_their_f32_values() {
-    check("f16", &|_, _| Dtype::F16);
+    check("f16", &|_, _| Dtype::F16, GgmlType::F16);
 }
 
 /// As real checkpoints mix them: matrices bf16, norms f16, biases and the embeddings f32.
 #[test]
 fn mixed_precision_checkpoints_load_and_match_their_f32_values() {
-    check("mixed", &|name, shape| {
-        if name.contains("embed") || name.ends_with(".bias") {
-            Dtype::F32
-        } else if shape.len() == 1 {
-            Dtype::F16
-        } else {
-            Dtype::BF16
-        }
-    });
+    check(
+        "mixed",
+        &|name, shape| {
+            if name.contains("embed") || name.ends_with(".bias") {
+                Dtype::F32
+            } else if shape.len() == 1 {
+                Dtype::F16
+            } else {
+                Dtype::BF16
+            }
+        },
+        GgmlType::F32,
+    );
 }
