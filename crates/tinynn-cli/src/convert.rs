@@ -1,6 +1,9 @@
 //! `tnn convert HF_DIR OUT.gguf [TYPE]`: a Hugging Face directory written as llama.cpp's
 //! converter would write it (see `tinynn_models::convert`); a quantized TYPE converts to F32
 //! first and quantizes that with `tnn quantize`'s rules.
+//!
+//! `tnn convert MODEL.gguf OUT_DIR [TYPE]`: the other way, a GGUF model written as a Hugging
+//! Face directory (`tinynn_models::convert::to_hf`), TYPE F32, F16 or BF16 (default).
 
 use std::path::PathBuf;
 use std::time::Instant;
@@ -8,22 +11,26 @@ use std::time::Instant;
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use tinynn_format::GgmlType;
+use tinynn_models::convert::to_hf::{export_hf, ExportOptions};
 use tinynn_models::convert::{convert_hf, ConvertOptions};
 use tinynn_models::model::Model;
 use tinynn_models::quantize::Target;
 
 #[derive(Args)]
 pub struct ConvertArgs {
-    /// The Hugging Face model directory (config.json, *.safetensors, tokenizer.json).
-    #[arg(value_name = "HF_DIR")]
+    /// The Hugging Face model directory (config.json, *.safetensors, tokenizer.json), or a
+    /// GGUF file to write as a Hugging Face directory.
+    #[arg(value_name = "HF_DIR|MODEL.gguf")]
     pub input: PathBuf,
-    /// Where to write the GGUF file (written atomically).
+    /// Where to write the GGUF file (written atomically), or the Hugging Face directory (new
+    /// or empty) when the input is a GGUF file.
     #[arg(value_name = "OUT")]
     pub output: PathBuf,
-    /// F16 (default), F32, BF16, or any `tnn quantize` type (Q8_0, Q4_K_M, ...).
-    #[arg(value_name = "TYPE", default_value = "F16")]
-    pub target: String,
-    /// Write the weights and shape only, without the vocabulary of tokenizer.json.
+    /// To GGUF: F16 (default), F32, BF16, or any `tnn quantize` type (Q8_0, Q4_K_M, ...).
+    /// To a Hugging Face directory: BF16 (default), F16 or F32.
+    #[arg(value_name = "TYPE")]
+    pub target: Option<String>,
+    /// Write the weights and shape only, without the vocabulary.
     #[arg(long)]
     pub no_tokenizer: bool,
     /// Threads for quantizing (default: all cores).
@@ -32,22 +39,26 @@ pub struct ConvertArgs {
 }
 
 pub fn run(args: &ConvertArgs) -> Result<()> {
-    let direct = match args.target.to_ascii_uppercase().as_str() {
+    if args.input.is_file() {
+        return to_hf(args);
+    }
+    let target = args.target.as_deref().unwrap_or("F16");
+    let direct = match target.to_ascii_uppercase().as_str() {
         "F32" => Some(GgmlType::F32),
         "F16" => Some(GgmlType::F16),
         "BF16" => Some(GgmlType::Bf16),
         _ => None,
     };
-    if direct.is_none() && Target::parse(&args.target).is_none() {
+    if direct.is_none() && Target::parse(target).is_none() {
         bail!(
             "unknown type '{}'; valid types: {}",
-            args.target,
+            target,
             Target::names()
         );
     }
     if !args.input.is_dir() {
         bail!(
-            "{}: not a directory (tnn convert reads a Hugging Face model directory)",
+            "{}: no such directory or file (tnn convert reads a Hugging Face model directory or a GGUF file)",
             args.input.display()
         );
     }
@@ -84,11 +95,57 @@ pub fn run(args: &ConvertArgs) -> Result<()> {
     let quantized = crate::quantize::run(&crate::quantize::QuantizeArgs {
         input: written.clone(),
         output: args.output.clone(),
-        target: args.target.clone(),
+        target: target.to_string(),
         allow_requantize: false,
         threads: args.threads,
     });
     let removed = std::fs::remove_file(&written);
     quantized?;
     removed.with_context(|| format!("removing {}", written.display()))
+}
+
+/// A GGUF file written as a Hugging Face directory.
+fn to_hf(args: &ConvertArgs) -> Result<()> {
+    if args
+        .output
+        .extension()
+        .is_some_and(|e| e.eq_ignore_ascii_case("gguf"))
+    {
+        bail!(
+            "{} is a GGUF file already: `tnn convert` writes it as a Hugging Face directory \
+             (OUT a directory), and `tnn quantize` writes it as another GGUF type",
+            args.input.display()
+        );
+    }
+    let target = args.target.as_deref().unwrap_or("BF16");
+    let dtype = match target.to_ascii_uppercase().as_str() {
+        "F32" => GgmlType::F32,
+        "F16" => GgmlType::F16,
+        "BF16" => GgmlType::Bf16,
+        _ => bail!(
+            "unknown type '{target}' for a Hugging Face directory; valid types: BF16, F16, F32"
+        ),
+    };
+    let t0 = Instant::now();
+    let model =
+        Model::open(&args.input).with_context(|| format!("opening {}", args.input.display()))?;
+    let opts = ExportOptions {
+        dtype,
+        tokenizer: !args.no_tokenizer,
+    };
+    let report = export_hf(&model, &args.output, &opts)
+        .with_context(|| format!("writing {}", args.output.display()))?;
+    eprintln!(
+        "{}: {} {} tensors, {:.1} MiB{} in {:.1} s",
+        args.output.display(),
+        report.architecture,
+        report.tensors,
+        report.bytes as f64 / (1024.0 * 1024.0),
+        match report.tokens {
+            0 => " (no tokenizer)".to_string(),
+            n => format!(", {n} tokens"),
+        },
+        t0.elapsed().as_secs_f64()
+    );
+    Ok(())
 }

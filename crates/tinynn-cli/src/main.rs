@@ -45,7 +45,8 @@ enum Command {
     Bench(bench::BenchArgs),
     /// Convert a GGUF model to another type (F16, Q8_0, Q4_K_M, ...).
     Quantize(quantize::QuantizeArgs),
-    /// Convert a Hugging Face model directory to GGUF (F16, F32, BF16, or quantized).
+    /// Convert a Hugging Face model directory to GGUF (F16, F32, BF16, or quantized), or a GGUF
+    /// model to a Hugging Face directory.
     Convert(convert::ConvertArgs),
     /// Fine-tune a model on a data file: every weight, or a LoRA adapter (--lora).
     Finetune(Box<finetune::FinetuneArgs>),

@@ -87,7 +87,7 @@ fn converts_a_directory_and_quantizes_in_the_same_pass() {
         ),
         (
             vec![f32_out.as_os_str(), "x.gguf".as_ref()],
-            "not a directory",
+            "is a GGUF file already",
         ),
     ] {
         let mut all = vec!["convert".as_ref()];
@@ -96,4 +96,65 @@ fn converts_a_directory_and_quantizes_in_the_same_pass() {
         assert!(!ok && err.contains(want), "{err}");
         assert_eq!(err.trim().lines().count(), 1, "{err}");
     }
+}
+
+/// `tnn convert MODEL.gguf DIR`: the default model as a bf16 Hugging Face directory that
+/// `tnn run` reads; a non-empty directory or a quantized type is refused in one line.
+#[test]
+fn converts_a_gguf_file_to_a_hugging_face_directory() {
+    let model = tinynn_format::model_cache::ensure_default_model().unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("smol-hf");
+    let (ok, _, err) = run(&["convert".as_ref(), model.as_os_str(), out.as_os_str()]);
+    assert!(ok, "{err}");
+    assert!(
+        err.contains("llama 272 tensors") && err.contains("49152 tokens"),
+        "{err}"
+    );
+    for f in [
+        "config.json",
+        "model.safetensors",
+        "tokenizer.json",
+        "tokenizer_config.json",
+    ] {
+        assert!(out.join(f).is_file(), "{f}");
+    }
+    let config = std::fs::read_to_string(out.join("config.json")).unwrap();
+    assert!(config.contains("\"torch_dtype\": \"bfloat16\""), "{config}");
+    let (ok, text, err) = run(&[
+        "run".as_ref(),
+        "-m".as_ref(),
+        out.as_os_str(),
+        "-p".as_ref(),
+        "The capital of France is".as_ref(),
+        "-n".as_ref(),
+        "8".as_ref(),
+        "--temp".as_ref(),
+        "0".as_ref(),
+    ]);
+    assert!(
+        ok && text.starts_with("The capital of France is") && text.len() > 30,
+        "{err}"
+    );
+
+    // Into the same (now non-empty) directory, or to a quantized type: refused.
+    let (ok, _, err) = run(&[
+        "convert".as_ref(),
+        model.as_os_str(),
+        out.as_os_str(),
+        "F32".as_ref(),
+    ]);
+    assert!(
+        !ok && err.contains("not empty") && err.lines().count() == 1,
+        "{err}"
+    );
+    let other = tmp.path().join("q8");
+    let (ok, _, err) = run(&[
+        "convert".as_ref(),
+        model.as_os_str(),
+        other.as_os_str(),
+        "Q8_0".as_ref(),
+    ]);
+    assert!(!ok && err.contains("BF16, F16, F32"), "{err}");
+    assert!(!other.exists());
 }

@@ -17,6 +17,7 @@ pub mod model_cache;
 pub mod model_config;
 pub mod model_dir;
 pub mod safetensors;
+pub mod safetensors_writer;
 
 #[cfg(feature = "corpus")]
 pub mod malformed_corpus;

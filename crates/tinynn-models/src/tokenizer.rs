@@ -311,6 +311,34 @@ impl Tokenizer {
         })
     }
 
+    /// This tokenizer as a Hugging Face `tokenizer.json` (how a GGUF vocabulary is written
+    /// into a HF directory): the same model, pre-tokenizer, decoder and special tokens, and a
+    /// post-processor that puts BOS in front when the GGUF file asks for it.
+    pub fn to_hf_json(&self) -> Result<String> {
+        use tokenizers::processors::template::TemplateProcessing;
+        let mut t = self.inner.clone();
+        if let (true, false, Some(bos)) = (self.add_bos, self.own_specials, self.bos) {
+            let s = t
+                .id_to_token(bos)
+                .ok_or_else(|| hf_err(format!("BOS {bos} is not a token")))?;
+            if s.is_empty() || s.contains(char::is_whitespace) || s.contains(['$', ':']) {
+                return Err(hf_err(format!(
+                    "BOS {s:?} cannot be written in a post-processor template"
+                )));
+            }
+            let bos_first = TemplateProcessing::builder()
+                .try_single(format!("{s} $A"))
+                .map_err(hf_err)?
+                .try_pair(format!("{s} $A {s} $B:1"))
+                .map_err(hf_err)?
+                .special_tokens(vec![(s, bos)])
+                .build()
+                .map_err(hf_err)?;
+            t.with_post_processor(Some(bos_first));
+        }
+        t.to_string(true).map_err(hf_err)
+    }
+
     /// Every token's string, by id (for byte-level detokenization).
     pub fn token_strings(&self) -> Vec<String> {
         let vocab = self.inner.get_vocab(true);

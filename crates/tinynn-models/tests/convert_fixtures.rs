@@ -196,3 +196,67 @@ fn every_fixture_converts_to_a_gguf_file_that_matches_transformers() {
         );
     }
 }
+
+/// HF → GGUF (`tnn convert`) → HF (`tnn convert` back): the Llama-layout fixtures give
+/// transformers' logits from the directory written back (q/k rows un-permuted, config and
+/// tokenizer rewritten); the others are refused by name, and Llama 3's RoPE divisors, which
+/// GGUF keeps only as a tensor, are refused with the reason.
+#[test]
+fn llama_layout_fixtures_survive_the_round_trip_back_to_hugging_face() {
+    use tinynn_models::convert::to_hf::{export_hf, ExportOptions};
+    let tmp = tempfile::tempdir().unwrap();
+    for name in FIXTURES {
+        let has_tokenizer = dir(name).join("tokenizer.json").is_file();
+        let gguf_path = tmp.path().join(format!("{name}.gguf"));
+        let opts = ConvertOptions {
+            out_type: GgmlType::F32,
+            tokenizer: has_tokenizer,
+        };
+        convert_hf(&Model::open(dir(name)).unwrap(), &gguf_path, &opts).unwrap();
+        let gguf = Model::open(&gguf_path).unwrap();
+        let back = tmp.path().join(format!("{name}-back"));
+        let opts = ExportOptions {
+            dtype: GgmlType::F32,
+            tokenizer: has_tokenizer,
+        };
+        let arch = gguf.config().architecture.name().to_string();
+        let written = export_hf(&gguf, &back, &opts);
+        match (arch.as_str(), name) {
+            (_, "tiny-llama3") => {
+                let e = written.unwrap_err().to_string();
+                assert!(e.contains("rope_freqs.weight"), "{name}: {e}");
+                continue;
+            }
+            ("llama" | "mistral" | "qwen2" | "qwen3", _) => {}
+            _ => {
+                let e = written.unwrap_err().to_string();
+                assert!(
+                    e.contains(&format!("writing a '{arch}' model")) && e.contains("qwen3"),
+                    "{name}: {e}"
+                );
+                continue;
+            }
+        }
+        written.unwrap_or_else(|e| panic!("{name}: {e}"));
+        let (tokens, want) = reference(name);
+        let got = all_logits(Model::open(&back).unwrap(), &tokens, strict());
+        let v = want[0].len();
+        let worst = want
+            .iter()
+            .enumerate()
+            .flat_map(|(i, row)| row.iter().enumerate().map(move |(j, &w)| (i, j, w)))
+            .map(|(i, j, w)| (f64::from(got[i * v + j]) - w).abs())
+            .fold(0f64, f64::max);
+        eprintln!("{name}: HF → GGUF → HF logits within {worst:.2e} of transformers'");
+        assert!(worst <= 1e-4, "{name}: round-trip logits off by {worst}");
+        if has_tokenizer {
+            let (a, b) = (Model::open(dir(name)).unwrap(), Model::open(&back).unwrap());
+            let text = "Hello world, 1234 tokens!\n\n  spaced";
+            assert_eq!(
+                a.tokenizer().unwrap().encode(text, true).unwrap(),
+                b.tokenizer().unwrap().encode(text, true).unwrap(),
+                "{name}: tokens"
+            );
+        }
+    }
+}

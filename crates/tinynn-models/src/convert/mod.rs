@@ -13,6 +13,7 @@
 //!   keys, the chat template, and the vocabulary of `tokenizer.json` (byte-level BPE,
 //!   [`vocab_json`]).
 
+pub mod to_hf;
 pub mod vocab_json;
 
 use std::path::Path;
@@ -156,6 +157,23 @@ fn permute_for_rope(values: &[f32], heads: usize, row: usize) -> Vec<f32> {
         for i in 0..half {
             for (j, from) in [i, half + i].into_iter().enumerate() {
                 let (src, dst) = (h * per_head + from, h * per_head + 2 * i + j);
+                out[dst * row..][..row].copy_from_slice(&values[src * row..][..row]);
+            }
+        }
+    }
+    out
+}
+
+/// The inverse of [`permute_for_rope`]: a GGUF file's q or k rows back in transformers' order.
+pub(crate) fn unpermute_for_rope(values: &[f32], heads: usize, row: usize) -> Vec<f32> {
+    let rows = values.len() / row;
+    let per_head = rows / heads;
+    let half = per_head / 2;
+    let mut out = vec![0f32; values.len()];
+    for h in 0..heads {
+        for i in 0..half {
+            for (j, to) in [i, half + i].into_iter().enumerate() {
+                let (src, dst) = (h * per_head + 2 * i + j, h * per_head + to);
                 out[dst * row..][..row].copy_from_slice(&values[src * row..][..row]);
             }
         }
@@ -337,7 +355,7 @@ fn write_config(
 
 #[cfg(test)]
 mod tests {
-    use super::permute_for_rope;
+    use super::{permute_for_rope, unpermute_for_rope};
 
     #[test]
     fn rope_permutation_interleaves_each_heads_halves() {
@@ -350,5 +368,15 @@ mod tests {
             permute_for_rope(&v, 1, 3),
             [0., 1., 2., 6., 7., 8., 3., 4., 5., 9., 10., 11.]
         );
+    }
+
+    #[test]
+    fn unpermuting_undoes_the_permutation() {
+        for (heads, per_head, row) in [(1, 2, 1), (2, 4, 3), (3, 8, 5), (4, 16, 2)] {
+            let v: Vec<f32> = (0..heads * per_head * row).map(|i| i as f32).collect();
+            let p = permute_for_rope(&v, heads, row);
+            assert_ne!(p, v);
+            assert_eq!(unpermute_for_rope(&p, heads, row), v);
+        }
     }
 }
