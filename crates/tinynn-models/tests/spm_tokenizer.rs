@@ -1,6 +1,8 @@
 //! SentencePiece (`tokenizer.ggml.model = llama`) vocabularies: a 400-piece BPE model with byte
 //! fallback trained by `sentencepiece` (scripts/make-spm-fixture.py) and stored in GGUF; our ids
-//! equal sentencepiece's, and decoding gives the text back.
+//! equal sentencepiece's, and decoding gives the text back. Written as a `tokenizer.json` the
+//! way transformers writes them and converted back (`tnn convert`), a vocabulary tokenizes as
+//! before.
 
 use std::path::Path;
 
@@ -113,4 +115,75 @@ fn vocabularies_with_quadratic_merges_are_refused() {
     let long = vec!["a".into(), "b".repeat(5000)];
     let err = spm(long).unwrap_err();
     assert!(err.contains("piece 1 is 5000 bytes"), "{err}");
+}
+
+/// `tokenizer` written as `tokenizer.json` (`Tokenizer::to_hf_json`), restyled by `restyle`
+/// as other transformers versions write it, and converted back to GGUF keys: the tokenizer
+/// made from them gives `tokenizer`'s ids on `texts`.
+fn round_trip(
+    tokenizer: &Tokenizer,
+    restyle: &dyn Fn(&mut serde_json::Value),
+    texts: &[&str],
+    what: &str,
+) {
+    use tinynn_format::gguf::{Gguf, GgufWriter, Value};
+    let mut json: serde_json::Value =
+        serde_json::from_str(&tokenizer.to_hf_json().unwrap()).unwrap();
+    assert_eq!(json["model"]["byte_fallback"], true, "{what}");
+    restyle(&mut json);
+    let mut w = GgufWriter::new();
+    w.set("general.architecture", Value::String("llama".into()));
+    tinynn_models::convert::vocab_json::write_vocab(
+        &mut w,
+        &json,
+        tokenizer.bos(),
+        tokenizer.eos(),
+    )
+    .unwrap();
+    let mut bytes = Vec::new();
+    w.write_to(&mut bytes).unwrap();
+    let back = Tokenizer::from_gguf(&Gguf::parse(&bytes).unwrap()).unwrap();
+    for text in texts {
+        for special in [false, true] {
+            assert_eq!(
+                back.encode(text, special).unwrap(),
+                tokenizer.encode(text, special).unwrap(),
+                "{what}: {:?}",
+                &text[..text.len().min(40)]
+            );
+        }
+    }
+}
+
+#[test]
+fn sentencepiece_tokenizer_json_converts_back_to_the_same_ids() {
+    let gpl = std::fs::read_to_string("/usr/share/common-licenses/GPL-3").unwrap();
+    let texts = [
+        "Hello world! The quick brown fox jumps over the lazy dog.",
+        " leading space,  two  spaces\n\nnew lines\ttab",
+        "12345 émigré façade 日本語のテキスト 🙂🙂",
+        "",
+        gpl.as_str(),
+    ];
+    // Llama 2 style (a ▁ in front of the text): as a Prepend + Replace normalizer, and as the
+    // Metaspace pre-tokenizer newer transformers versions write instead.
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
+    let file = GgufFile::open(dir.join("spm-vocab.gguf")).unwrap();
+    let tok = Tokenizer::from_gguf(file.gguf()).unwrap();
+    round_trip(&tok, &|_| {}, &texts, "normalizer");
+    let metaspace = |j: &mut serde_json::Value| {
+        j["normalizer"] = serde_json::Value::Null;
+        j["pre_tokenizer"] = serde_json::json!({"type": "Metaspace", "replacement": "\u{2581}",
+            "prepend_scheme": "first", "split": false});
+    };
+    round_trip(&tok, &metaspace, &texts, "Metaspace");
+
+    // Gemma 3 (262k pieces, no ▁ in front, control and user-defined tokens).
+    use tinynn_format::model_cache::{ensure_model, KnownModel};
+    let path = ensure_model(KnownModel::Gemma3).unwrap();
+    let gemma = GgufFile::open(path).unwrap();
+    let tok = Tokenizer::from_gguf(gemma.gguf()).unwrap();
+    let mut texts = texts.to_vec();
+    texts.push("<start_of_turn>user\nHi<end_of_turn>\n<start_of_turn>model\n");
+    round_trip(&tok, &|_| {}, &texts, "Gemma 3");
 }

@@ -10,8 +10,8 @@
 //!   Quantized outputs are this file requantized by `crate::quantize` (the CLI does that).
 //!   Llama 3's RoPE frequency divisors become a `rope_freqs.weight` tensor.
 //! - **Metadata**: the config's shape, RoPE, sliding window and soft-caps under llama.cpp's
-//!   keys, the chat template, and the vocabulary of `tokenizer.json` (byte-level BPE,
-//!   [`vocab_json`]).
+//!   keys, the chat template, and the vocabulary of `tokenizer.json` (byte-level or
+//!   SentencePiece BPE, [`vocab_json`]).
 
 pub mod to_hf;
 pub mod vocab_json;

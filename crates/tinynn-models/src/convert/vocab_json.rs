@@ -1,9 +1,14 @@
-//! A `tokenizer.json` byte-level BPE vocabulary as llama.cpp's GGUF tokenizer keys
-//! (`tokenizer.ggml.model = gpt2`): the tokens by id, their types, the merges, the
-//! pre-tokenizer name llama.cpp knows it by, and whether a BOS is added.
-//!
-//! SentencePiece-style vocabularies (`byte_fallback`, `▁` for spaces: Llama 2, Mistral, Gemma)
-//! and pre-tokenizers llama.cpp has no name for are refused rather than written wrong.
+//! A `tokenizer.json` vocabulary as llama.cpp's GGUF tokenizer keys:
+//! - byte-level BPE (`tokenizer.ggml.model = gpt2`): the tokens by id, their types, the
+//!   merges, the pre-tokenizer name llama.cpp knows it by, and whether a BOS is added;
+//!   pre-tokenizers llama.cpp has no name for are refused rather than written wrong;
+//! - SentencePiece BPE converted by transformers (`byte_fallback`, `▁` for spaces: Llama 2,
+//!   Mistral, Gemma; `tokenizer.ggml.model = llama`): the pieces, their types (byte pieces
+//!   `<0xXX>`, the unknown piece, control and user-defined tokens) and scores. A SentencePiece
+//!   model merges the adjacent pair whose merged piece scores highest; transformers wrote its
+//!   merges in that order, so a piece's score is minus the rank of the first merge that makes
+//!   it. Whether a `▁` goes in front of the text (`add_space_prefix`) is read off the
+//!   normalizer (`Prepend`) or the pre-tokenizer (`Metaspace`).
 
 use serde_json::Value as Json;
 use tinynn_format::gguf::{Array, GgufString, GgufWriter, Key, Value};
@@ -13,8 +18,10 @@ use crate::{ModelError, Result};
 
 /// `tokenizer.ggml.token_type` values.
 const NORMAL: i32 = 1;
+const UNKNOWN: i32 = 2;
 const CONTROL: i32 = 3;
 const USER_DEFINED: i32 = 4;
+const BYTE: i32 = 6;
 
 /// Most tokens a vocabulary may have (ids are below 2^31; the table is sized from them).
 const MAX_TOKENS: usize = 1 << 24;
@@ -38,12 +45,7 @@ pub fn write_vocab(
             "a {kind} vocabulary is not converted (byte-level BPE is)"
         )));
     }
-    if model.get("byte_fallback").and_then(Json::as_bool) == Some(true) {
-        return Err(bad(
-            "a SentencePiece-style vocabulary (byte_fallback) is not converted yet (byte-level BPE is); \
-             convert without the tokenizer or use a GGUF file",
-        ));
-    }
+    let sentencepiece = model.get("byte_fallback").and_then(Json::as_bool) == Some(true);
     let vocab = model
         .get("vocab")
         .and_then(Json::as_object)
@@ -123,22 +125,43 @@ pub fn write_vocab(
             .collect::<Result<_>>()?,
         Some(_) => return Err(bad("model.merges is not a list")),
     };
-    let pre = pre_name(json.get("pre_tokenizer").unwrap_or(&Json::Null))?;
     let add_bos = adds_bos(json.get("post_processor").unwrap_or(&Json::Null));
-
-    let n_tokens = tokens.len();
-    let tokens: Vec<GgufString> = tokens
-        .into_iter()
-        .map(|t| GgufString::from(t.unwrap_or_default()))
-        .collect();
     let set = |w: &mut GgufWriter<'_>, k: Key, v: Value| {
         w.set(&k.resolve(""), v);
     };
-    set(w, Key::TokenizerModel, Value::String("gpt2".into()));
-    set(w, Key::TokenizerPre, Value::String(pre.into()));
+    let tokens: Vec<String> = tokens.into_iter().map(Option::unwrap_or_default).collect();
+    let n_tokens = tokens.len();
+    if sentencepiece {
+        let scores = piece_scores(&tokens, &merges);
+        for (i, t) in tokens.iter().enumerate() {
+            if types[i] == NORMAL && is_byte_piece(t) {
+                types[i] = BYTE;
+            }
+        }
+        if let Some(unk) = model.get("unk_token").and_then(Json::as_str) {
+            let id = tokens.iter().position(|t| t == unk).ok_or_else(|| {
+                bad(format!(
+                    "the unknown token {unk:?} is not in the vocabulary"
+                ))
+            })?;
+            types[id] = UNKNOWN;
+            set(w, Key::TokenizerUnknownId, Value::U32(id as u32));
+        }
+        set(w, Key::TokenizerModel, Value::String("llama".into()));
+        set(w, Key::TokenizerScores, Value::Array(Array::F32(scores)));
+        w.set(
+            "tokenizer.ggml.add_space_prefix",
+            Value::Bool(adds_space_prefix(json)?),
+        );
+    } else {
+        let pre = pre_name(json.get("pre_tokenizer").unwrap_or(&Json::Null))?;
+        set(w, Key::TokenizerModel, Value::String("gpt2".into()));
+        set(w, Key::TokenizerPre, Value::String(pre.into()));
+        set(w, Key::TokenizerMerges, Value::Array(Array::String(merges)));
+    }
+    let tokens: Vec<GgufString> = tokens.into_iter().map(GgufString::from).collect();
     set(w, Key::TokenizerTokens, Value::Array(Array::String(tokens)));
     set(w, Key::TokenizerTokenType, Value::Array(Array::I32(types)));
-    set(w, Key::TokenizerMerges, Value::Array(Array::String(merges)));
     for (k, id) in [(Key::TokenizerBosId, bos), (Key::TokenizerEosId, eos)] {
         if let Some(id) = id {
             if id as usize >= n_tokens {
@@ -156,6 +179,85 @@ pub fn write_vocab(
         Value::Bool(add_bos && bos.is_some()),
     );
     Ok(n_tokens)
+}
+
+/// `<0xXX>`: a SentencePiece byte-fallback piece.
+fn is_byte_piece(t: &str) -> bool {
+    t.len() == 6
+        && t.starts_with("<0x")
+        && t.ends_with('>')
+        && t[3..5].bytes().all(|b| b.is_ascii_hexdigit())
+}
+
+/// SentencePiece scores of `tokens`: minus the rank of the first merge making each piece
+/// (higher merges first); pieces no merge makes score below every merged one, in id order.
+fn piece_scores(tokens: &[String], merges: &[GgufString]) -> Vec<f32> {
+    let index: std::collections::HashMap<&str, usize> = tokens
+        .iter()
+        .enumerate()
+        .map(|(i, t)| (t.as_str(), i))
+        .collect();
+    let mut rank: Vec<Option<usize>> = vec![None; tokens.len()];
+    let mut joined = String::new();
+    for (r, m) in merges.iter().enumerate() {
+        let Some((a, b)) = m.as_str().and_then(|s| s.split_once(' ')) else {
+            continue;
+        };
+        joined.clear();
+        joined.push_str(a);
+        joined.push_str(b);
+        if let Some(&id) = index.get(joined.as_str()) {
+            rank[id].get_or_insert(r);
+        }
+    }
+    let n = merges.len();
+    rank.iter()
+        .enumerate()
+        .map(|(id, r)| -(r.unwrap_or(n + id) as f32))
+        .collect()
+}
+
+/// Whether a SentencePiece `tokenizer.json` puts `▁` in front of the text: a `Prepend`
+/// normalizer (Llama 2's converter) or a `Metaspace` pre-tokenizer that prepends (newer
+/// conversions); Gemma's (a `Replace` only) does not.
+fn adds_space_prefix(json: &Json) -> Result<bool> {
+    fn ty(j: &Json) -> &str {
+        j.get("type").and_then(Json::as_str).unwrap_or("")
+    }
+    fn parts<'a>(j: &'a Json, key: &str) -> Vec<&'a Json> {
+        match ty(j) {
+            "Sequence" => j
+                .get(key)
+                .and_then(Json::as_array)
+                .map(|a| a.iter().collect())
+                .unwrap_or_default(),
+            "" => Vec::new(),
+            _ => vec![j],
+        }
+    }
+    let norm = json.get("normalizer").unwrap_or(&Json::Null);
+    let pre = json.get("pre_tokenizer").unwrap_or(&Json::Null);
+    let prepend = parts(norm, "normalizers")
+        .iter()
+        .any(|n| ty(n) == "Prepend" && n.get("prepend").and_then(Json::as_str) == Some("\u{2581}"));
+    let metaspace = parts(pre, "pretokenizers")
+        .into_iter()
+        .find(|p| ty(p) == "Metaspace");
+    match metaspace {
+        None => Ok(prepend),
+        Some(m) => {
+            let scheme = m.get("prepend_scheme").and_then(Json::as_str);
+            let legacy = m.get("add_prefix_space").and_then(Json::as_bool);
+            match (scheme, legacy) {
+                (Some("first" | "always"), _) | (None, Some(true)) => Ok(true),
+                (Some("never"), _) | (None, Some(false)) => Ok(prepend),
+                _ => Err(bad(format!(
+                    "a Metaspace pre-tokenizer whose prefix rule is not known: {}",
+                    summarize(m)
+                ))),
+            }
+        }
+    }
 }
 
 /// llama.cpp's name for a byte-level pre-tokenizer (`tokenizer.ggml.pre`), from its structure.
@@ -298,13 +400,73 @@ mod tests {
     }
 
     #[test]
-    fn bad_vocabularies_are_refused() {
-        let mut j = vocab_json(json!({"type": "ByteLevel"}), Json::Null);
-        j["model"]["byte_fallback"] = json!(true);
+    fn a_sentencepiece_vocabulary_gets_scores_types_and_its_prefix_rule() {
+        let spm = |norm: Json, pre: Json| {
+            json!({
+                "model": {"type": "BPE", "byte_fallback": true, "unk_token": "<unk>",
+                          "vocab": {"<unk>": 0, "<s>": 1, "<0x41>": 2, "\u{2581}": 3, "a": 4,
+                                    "b": 5, "\u{2581}a": 6, "ab": 7, "\u{2581}ab": 8, "ba": 9},
+                          "merges": [["\u{2581}", "a"], "a b", ["\u{2581}a", "b"], ["\u{2581}", "ab"]]},
+                "added_tokens": [{"id": 1, "content": "<s>", "special": true}],
+                "normalizer": norm,
+                "pre_tokenizer": pre,
+                "post_processor": {"type": "TemplateProcessing",
+                                   "single": [{"SpecialToken": {"id": "<s>"}}, {"Sequence": {"id": "A"}}]},
+            })
+        };
+        let prepend = json!({"type": "Sequence", "normalizers": [
+            {"type": "Prepend", "prepend": "\u{2581}"},
+            {"type": "Replace", "pattern": {"String": " "}, "content": "\u{2581}"}]});
+        let g = written(&spm(prepend, Json::Null), Some(1)).unwrap();
+        assert_eq!(g.get_str(Key::TokenizerModel).unwrap(), Some("llama"));
+        assert_eq!(
+            g.get_array(Key::TokenizerTokenType).unwrap(),
+            Some(&Array::I32(vec![2, 3, 6, 1, 1, 1, 1, 1, 1, 1]))
+        );
+        // Merged pieces score minus their first merge's rank; the others below, by id.
+        assert_eq!(
+            g.get_array(Key::TokenizerScores).unwrap(),
+            Some(&Array::F32(vec![
+                -4., -5., -6., -7., -8., -9., 0., -1., -2., -13.
+            ]))
+        );
+        assert_eq!(g.get_u64(Key::TokenizerUnknownId).unwrap(), Some(0));
+        assert_eq!(g.get_bool(Key::TokenizerAddBos).unwrap(), Some(true));
+        let prefix = |g: &tinynn_format::gguf::Gguf| {
+            g.get_raw("tokenizer.ggml.add_space_prefix")
+                .and_then(|v| v.as_bool())
+        };
+        assert_eq!(prefix(&g), Some(true));
+        // Gemma's: spaces replaced, nothing in front.
+        let replace = json!({"type": "Replace", "pattern": {"String": " "}, "content": "\u{2581}"});
+        assert_eq!(
+            prefix(&written(&spm(replace, Json::Null), None).unwrap()),
+            Some(false)
+        );
+        // Newer transformers: a Metaspace pre-tokenizer says it.
+        for (scheme, want) in [("first", true), ("always", true), ("never", false)] {
+            let pre =
+                json!({"type": "Metaspace", "replacement": "\u{2581}", "prepend_scheme": scheme});
+            assert_eq!(
+                prefix(&written(&spm(Json::Null, pre), None).unwrap()),
+                Some(want)
+            );
+        }
+        let odd = json!({"type": "Metaspace", "prepend_scheme": "sometimes"});
+        assert!(written(&spm(Json::Null, odd), None)
+            .unwrap_err()
+            .to_string()
+            .contains("prefix rule"));
+        let mut j = spm(Json::Null, Json::Null);
+        j["model"]["unk_token"] = json!("<nope>");
         assert!(written(&j, None)
             .unwrap_err()
             .to_string()
-            .contains("SentencePiece"));
+            .contains("<nope>"));
+    }
+
+    #[test]
+    fn bad_vocabularies_are_refused() {
         let mut j = vocab_json(json!({"type": "ByteLevel"}), Json::Null);
         j["model"]["vocab"]["c"] = json!(9);
         assert!(written(&j, None)
