@@ -276,6 +276,29 @@ impl PackKind {
         }
     }
 
+    /// The two-group kernel of the kinds that have one, for at least 8 of `n` tokens, and
+    /// how many tokens it takes.
+    #[cfg(target_arch = "x86_64")]
+    fn tile_pair_fn(self) -> Option<fn(usize) -> (PairFn, usize)> {
+        fn f32s(n: usize) -> (PairFn, usize) {
+            match n {
+                12.. => (wide::tile_pair::<12, true>, 12),
+                _ => (wide::tile_pair::<8, true>, 8),
+            }
+        }
+        fn f16s(n: usize) -> (PairFn, usize) {
+            match n {
+                12.. => (wide::tile_pair::<12, false>, 12),
+                _ => (wide::tile_pair::<8, false>, 8),
+            }
+        }
+        match self {
+            PackKind::F32x16 => Some(f32s),
+            PackKind::F16x16 => Some(f16s),
+            _ => None,
+        }
+    }
+
     /// The SIMD kernel for a tile of at most `n` (1..=`max_tile`) tokens and how many it takes.
     #[cfg(target_arch = "x86_64")]
     fn tile(self, n: usize) -> (TileFn, usize) {
@@ -319,6 +342,11 @@ impl PackKind {
         }
     }
 }
+
+/// A two-group tile kernel ([`wide::tile_pair`]): `(group, gb, x, x_stride, out, out_stride,
+/// valid_b)`.
+#[cfg(target_arch = "x86_64")]
+type PairFn = unsafe fn(GroupIn, usize, *const u8, usize, *mut f32, usize, usize);
 
 /// A tile kernel: `(group, x, x_stride, out, out_stride, valid)` computes `T` tokens
 /// (activation rows at `x + t·x_stride`) against one group, storing the `valid` first of the
@@ -574,6 +602,55 @@ impl PackedWeight {
     ) {
         let nb = self.n_blocks();
         let gb = nb * self.kind.block_bytes();
+        let mut groups = groups;
+        #[cfg(target_arch = "x86_64")]
+        if m >= 8 {
+            // Prefill of the float kinds: two groups at a time (the last one, and the tokens
+            // below 8, by the one-group tiles below).
+            if let Some(pair) = self.kind.tile_pair_fn() {
+                while groups.len() >= 2 {
+                    let g = groups.start;
+                    let w = &self.data.as_bytes()[g * gb..][..2 * gb];
+                    let valid_b = GROUP_ROWS.min(self.n_rows - (g + 1) * GROUP_ROWS);
+                    let mut t = 0;
+                    while m - t >= 8 {
+                        let (tile, n) = pair(m - t);
+                        // SAFETY: forwarded from the caller: tokens t..t+n exist, the two
+                        // groups' columns start at g·16 (the first whole, as another follows).
+                        unsafe {
+                            tile(
+                                GroupIn {
+                                    w: w.as_ptr(),
+                                    nb,
+                                    pf: prefetch_distance(n, t == 0),
+                                },
+                                gb,
+                                acts.add(t * act_stride),
+                                act_stride,
+                                out.add(g * GROUP_ROWS + t * out_stride),
+                                out_stride,
+                                valid_b,
+                            )
+                        };
+                        t += n;
+                    }
+                    if t < m {
+                        // SAFETY: as for this call, for the remaining tokens.
+                        unsafe {
+                            self.matmul_raw(
+                                acts.add(t * act_stride),
+                                act_stride,
+                                m - t,
+                                out.add(t * out_stride),
+                                out_stride,
+                                g..g + 2,
+                            )
+                        };
+                    }
+                    groups.start += 2;
+                }
+            }
+        }
         for g in groups {
             let w = &self.data.as_bytes()[g * gb..][..gb];
             let valid = GROUP_ROWS.min(self.n_rows - g * GROUP_ROWS);

@@ -3,7 +3,7 @@
 //! it is). Activations are f32 (F16's rounded to f16), read with the FMA's broadcast load.
 
 #[cfg(target_arch = "x86_64")]
-pub(super) use avx512::tile;
+pub(super) use avx512::{tile, tile_pair};
 
 #[cfg(target_arch = "x86_64")]
 mod avx512 {
@@ -60,5 +60,64 @@ mod avx512 {
         }
         // SAFETY: the `valid` columns of every token's output row are this thread's (caller).
         unsafe { super::super::store_summed(&f[..sets], out, out_stride, valid) };
+    }
+
+    /// `T` tokens × 32 rows: two neighbouring groups (the second `gb` bytes after the first,
+    /// whose 16 rows are all valid) in one pass, so each broadcast activation feeds two FMAs
+    /// and the kernel is bound by its FMAs rather than its loads (prefill). One accumulator
+    /// per token and group summing the elements in order, as [`tile`] does for `T ≥ 5`: the
+    /// same results, bit for bit.
+    ///
+    /// # Safety
+    /// AVX-512 F + F16C present; both groups in bounds; pointers as in
+    /// `super::super::TileFn`, the output covering 16 + `valid_b` columns.
+    #[target_feature(enable = "avx512f,f16c,fma")]
+    #[allow(clippy::too_many_arguments)]
+    pub(in super::super) unsafe fn tile_pair<const T: usize, const F32: bool>(
+        group: super::super::GroupIn,
+        gb: usize,
+        x: *const u8,
+        x_stride: usize,
+        out: *mut f32,
+        out_stride: usize,
+        valid_b: usize,
+    ) {
+        let super::super::GroupIn { w, nb, pf } = group;
+        let step = if F32 { 64 } else { 32 };
+        let (x, xs) = (x as *const f32, x_stride / 4);
+        let load = |at: *const u8| {
+            // SAFETY: `at` is one element's 16 weights inside a group (callers below).
+            unsafe {
+                if F32 {
+                    _mm512_loadu_ps(at as *const f32)
+                } else {
+                    _mm512_cvtph_ps(_mm256_loadu_si256(at as *const __m256i))
+                }
+            }
+        };
+        let mut fa = [_mm512_setzero_ps(); T];
+        let mut fb = [_mm512_setzero_ps(); T];
+        for e in 0..nb * 32 {
+            if pf != 0 && e % 4 == 0 {
+                crate::simd::prefetch(w.wrapping_add(step * e + pf), step * 4);
+                crate::simd::prefetch(w.wrapping_add(gb + step * e + pf), step * 4);
+            }
+            // SAFETY: element e < nb·32 of both groups and of every token row is in bounds
+            // (caller).
+            unsafe {
+                let (wa, wb) = (load(w.add(step * e)), load(w.add(gb + step * e)));
+                for t in 0..T {
+                    let xv = _mm512_set1_ps(x.add(t * xs + e).read_unaligned());
+                    fa[t] = _mm512_fmadd_ps(wa, xv, fa[t]);
+                    fb[t] = _mm512_fmadd_ps(wb, xv, fb[t]);
+                }
+            }
+        }
+        // SAFETY: 16 columns of the first group and `valid_b` of the second, of every token's
+        // output row, are this thread's (caller).
+        unsafe {
+            super::super::store_summed(&[fa], out, out_stride, 16);
+            super::super::store_summed(&[fb], out.add(16), out_stride, valid_b);
+        }
     }
 }
