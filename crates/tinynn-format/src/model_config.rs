@@ -217,11 +217,11 @@ fn assemble(mut c: ModelConfig, head_dim: Option<u64>) -> Result<ModelConfig, Co
         }
     }
     if c.n_head_kv == 0 || !c.n_head.is_multiple_of(c.n_head_kv) {
-        return Err(invalid(
-            "KV head count",
-            c.n_head_kv,
-            "must divide the head count",
-        ));
+        return Err(ConfigError::Invalid {
+            field: "KV head count".into(),
+            value: format!("{} (of {} heads)", c.n_head_kv, c.n_head),
+            why: "must divide the head count",
+        });
     }
     c.head_dim = match head_dim {
         Some(0) => return Err(invalid("head dimension", 0, "must be at least 1")),
@@ -283,10 +283,18 @@ fn check_limits(c: &ModelConfig) -> Result<(), ConfigError> {
         at_most("vocabulary size", v, MAX_VOCAB)?;
     }
     if let Some(r) = c.rope_dims {
+        if r == 0 || r % 2 == 1 {
+            return Err(ConfigError::Invalid {
+                field: "RoPE dimension count".into(),
+                value: r.to_string(),
+                why: "must be even and at least 2 (RoPE turns pairs)",
+            });
+        }
         at_most("RoPE dimension count", r, c.head_dim)?;
     }
     if let Some(n) = c.n_ctx_train {
         // Learned position tables (GPT-2) have a row per position.
+        at_least_1("context length", n)?;
         at_most("context length", n, MAX_CONTEXT)?;
     }
     let positive = |field: &str, v: Option<f64>, zero_ok: bool| match v {
