@@ -78,16 +78,12 @@ pub fn run(args: &ConvertArgs) -> Result<()> {
         tokenizer: !args.no_tokenizer,
     };
     let report = convert_hf(&model, &written, &opts)?;
-    eprintln!(
-        "{}: {} tensors, {:.1} MiB{} in {:.1} s",
-        written.display(),
+    print_written(
+        &format!("{}:", written.display()),
         report.tensors,
-        report.bytes as f64 / (1024.0 * 1024.0),
-        match report.tokens {
-            0 => " (no tokenizer)".to_string(),
-            n => format!(", {n} tokens"),
-        },
-        t0.elapsed().as_secs_f64()
+        report.bytes,
+        report.tokens,
+        t0,
     );
     if direct.is_some() {
         return Ok(());
@@ -135,17 +131,25 @@ fn to_hf(args: &ConvertArgs) -> Result<()> {
     };
     let report = export_hf(&model, &args.output, &opts)
         .with_context(|| format!("writing {}", args.output.display()))?;
-    eprintln!(
-        "{}: {} {} tensors, {:.1} MiB{} in {:.1} s",
-        args.output.display(),
-        report.architecture,
+    print_written(
+        &format!("{}: {}", args.output.display(), report.architecture),
         report.tensors,
-        report.bytes as f64 / (1024.0 * 1024.0),
-        match report.tokens {
+        report.bytes,
+        report.tokens,
+        t0,
+    );
+    Ok(())
+}
+
+/// `WHAT N tensors, X MiB, T tokens in S s` on stderr.
+fn print_written(what: &str, tensors: usize, bytes: u64, tokens: usize, t0: Instant) {
+    eprintln!(
+        "{what} {tensors} tensors, {:.1} MiB{} in {:.1} s",
+        bytes as f64 / (1024.0 * 1024.0),
+        match tokens {
             0 => " (no tokenizer)".to_string(),
             n => format!(", {n} tokens"),
         },
         t0.elapsed().as_secs_f64()
     );
-    Ok(())
 }

@@ -7,6 +7,7 @@
 //!
 //! Nothing here panics on input: every error is typed and names the file, byte offset and field.
 
+pub mod atomic_file;
 mod cursor;
 pub mod error;
 pub mod ggml_type;

@@ -1,10 +1,9 @@
 //! Writes a safetensors file one tensor at a time: the header (sizes known up front), then
 //! each tensor's bytes as the caller produces them, so a model is never held whole in memory.
-//! The file appears only when complete (a temporary name, then a rename).
+//! The file appears only when complete ([`crate::atomic_file`]).
 
-use std::fs::{self, File};
-use std::io::{BufWriter, Write};
-use std::path::{Path, PathBuf};
+use std::io::Write;
+use std::path::Path;
 
 use crate::error::{Error, Result};
 use crate::safetensors::Dtype;
@@ -84,11 +83,8 @@ pub fn write_safetensors(
         json.push(b' ');
     }
 
-    let tmp = temporary_name(path)?;
-    let result = (|| {
-        let file = File::create(&tmp).map_err(|e| Error::io(&tmp, e))?;
-        let mut out = BufWriter::with_capacity(1 << 20, file);
-        let io = |e| Error::io(&tmp, e);
+    crate::atomic_file::write_atomic(path, |out, tmp| {
+        let io = |e| Error::io(tmp, e);
         out.write_all(&(json.len() as u64).to_le_bytes())
             .map_err(io)?;
         out.write_all(&json).map_err(io)?;
@@ -109,33 +105,8 @@ pub fn write_safetensors(
             }
             out.write_all(&bytes).map_err(io)?;
         }
-        let file = out
-            .into_inner()
-            .map_err(|e| Error::io(&tmp, e.into_error()))?;
-        file.sync_all().map_err(io)?;
-        fs::rename(&tmp, path).map_err(|e| Error::io(path, e))?;
         Ok(8 + json.len() as u64 + offset as u64)
-    })();
-    if result.is_err() {
-        let _ = fs::remove_file(&tmp);
-    }
-    result
-}
-
-/// A hidden name beside `path` for the file being written.
-fn temporary_name(path: &Path) -> Result<PathBuf> {
-    let dir = match path.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
-        _ => PathBuf::from("."),
-    };
-    let name = path
-        .file_name()
-        .ok_or_else(|| Error::invalid(path, "output path has no file name"))?;
-    Ok(dir.join(format!(
-        ".{}.tmp-{}",
-        name.to_string_lossy(),
-        std::process::id()
-    )))
+    })
 }
 
 #[cfg(test)]

@@ -62,6 +62,16 @@ fn reference(name: &str) -> (Vec<u32>, Vec<Vec<f64>>) {
     (tokens, logits)
 }
 
+/// The largest difference between the reference rows `want` and `got` (row after row).
+fn largest_difference(want: &[Vec<f64>], got: &[f32]) -> f64 {
+    let v = want[0].len();
+    want.iter()
+        .enumerate()
+        .flat_map(|(i, row)| row.iter().enumerate().map(move |(j, &w)| (i, j, w)))
+        .map(|(i, j, w)| (f64::from(got[i * v + j]) - w).abs())
+        .fold(0f64, f64::max)
+}
+
 fn strict() -> ExecOptions {
     ExecOptions {
         strict: true,
@@ -136,13 +146,7 @@ fn every_fixture_converts_to_a_gguf_file_that_matches_transformers() {
             Some(Model::open(dir(name)).unwrap().config().architecture.name())
         );
         let got = all_logits(gguf.clone(), &tokens, strict());
-        let v = want[0].len();
-        let worst = want
-            .iter()
-            .enumerate()
-            .flat_map(|(i, row)| row.iter().enumerate().map(move |(j, &w)| (i, j, w)))
-            .map(|(i, j, w)| (f64::from(got[i * v + j]) - w).abs())
-            .fold(0f64, f64::max);
+        let worst = largest_difference(&want, &got);
         assert!(worst <= 1e-4, "{name}: GGUF logits off by {worst}");
 
         let hf = Model::open(dir(name)).unwrap();
@@ -240,13 +244,7 @@ fn llama_layout_fixtures_survive_the_round_trip_back_to_hugging_face() {
         written.unwrap_or_else(|e| panic!("{name}: {e}"));
         let (tokens, want) = reference(name);
         let got = all_logits(Model::open(&back).unwrap(), &tokens, strict());
-        let v = want[0].len();
-        let worst = want
-            .iter()
-            .enumerate()
-            .flat_map(|(i, row)| row.iter().enumerate().map(move |(j, &w)| (i, j, w)))
-            .map(|(i, j, w)| (f64::from(got[i * v + j]) - w).abs())
-            .fold(0f64, f64::max);
+        let worst = largest_difference(&want, &got);
         eprintln!("{name}: HF → GGUF → HF logits within {worst:.2e} of transformers'");
         assert!(worst <= 1e-4, "{name}: round-trip logits off by {worst}");
         if has_tokenizer {

@@ -5,9 +5,8 @@
 //! or the complete new one under the final name, never a half-written one.
 
 use std::collections::HashSet;
-use std::fs::{self, File};
-use std::io::{self, BufWriter, Write};
-use std::path::{Path, PathBuf};
+use std::io::{self, Write};
+use std::path::Path;
 
 use super::keys::Key;
 use super::reader::{Gguf, DEFAULT_ALIGNMENT, MAX_ALIGNMENT, MAX_DIMS, MAX_NAME_LEN};
@@ -200,36 +199,7 @@ impl<'a> GgufWriter<'a> {
 
     /// Writes the file atomically to `path` (temporary file, fsync, rename, fsync of the directory).
     pub fn write_atomic(&self, path: &Path) -> Result<u64> {
-        let dir = match path.parent() {
-            Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
-            _ => PathBuf::from("."),
-        };
-        let file_name = path
-            .file_name()
-            .ok_or_else(|| Error::invalid(path, "output path has no file name"))?;
-        let tmp = dir.join(format!(
-            ".{}.tmp-{}",
-            file_name.to_string_lossy(),
-            std::process::id()
-        ));
-        let result = (|| {
-            let file = File::create(&tmp).map_err(|e| Error::io(&tmp, e))?;
-            let mut buf = BufWriter::with_capacity(1 << 20, file);
-            let n = self.write_to(&mut buf)?;
-            let file = buf
-                .into_inner()
-                .map_err(|e| Error::io(&tmp, e.into_error()))?;
-            file.sync_all().map_err(|e| Error::io(&tmp, e))?;
-            fs::rename(&tmp, path).map_err(|e| Error::io(path, e))?;
-            if let Ok(d) = File::open(&dir) {
-                d.sync_all().map_err(|e| Error::io(&dir, e))?;
-            }
-            Ok(n)
-        })();
-        if result.is_err() {
-            let _ = fs::remove_file(&tmp);
-        }
-        result
+        crate::atomic_file::write_atomic(path, |out, _| self.write_to(out))
     }
 }
 

@@ -149,31 +149,26 @@ pub fn convert_hf(model: &Model, out: &Path, opts: &ConvertOptions) -> Result<Co
 /// llama.cpp's converter does for RoPE on adjacent pairs: within each head, rows
 /// `0, h, 1, h+1, …` of the two halves interleaved (`h` = half the head's rows).
 fn permute_for_rope(values: &[f32], heads: usize, row: usize) -> Vec<f32> {
-    let rows = values.len() / row;
-    let per_head = rows / heads;
-    let half = per_head / 2;
-    let mut out = vec![0f32; values.len()];
-    for h in 0..heads {
-        for i in 0..half {
-            for (j, from) in [i, half + i].into_iter().enumerate() {
-                let (src, dst) = (h * per_head + from, h * per_head + 2 * i + j);
-                out[dst * row..][..row].copy_from_slice(&values[src * row..][..row]);
-            }
-        }
-    }
-    out
+    reorder_for_rope(values, heads, row, true)
 }
 
 /// The inverse of [`permute_for_rope`]: a GGUF file's q or k rows back in transformers' order.
 pub(crate) fn unpermute_for_rope(values: &[f32], heads: usize, row: usize) -> Vec<f32> {
+    reorder_for_rope(values, heads, row, false)
+}
+
+/// Row `half·j + i` of each head in transformers' order is row `2i + j` in llama.cpp's;
+/// `to_gguf` moves rows that way, else back.
+fn reorder_for_rope(values: &[f32], heads: usize, row: usize, to_gguf: bool) -> Vec<f32> {
     let rows = values.len() / row;
     let per_head = rows / heads;
     let half = per_head / 2;
     let mut out = vec![0f32; values.len()];
     for h in 0..heads {
         for i in 0..half {
-            for (j, to) in [i, half + i].into_iter().enumerate() {
-                let (src, dst) = (h * per_head + 2 * i + j, h * per_head + to);
+            for (j, hf) in [i, half + i].into_iter().enumerate() {
+                let (hf, gguf) = (h * per_head + hf, h * per_head + 2 * i + j);
+                let (src, dst) = if to_gguf { (hf, gguf) } else { (gguf, hf) };
                 out[dst * row..][..row].copy_from_slice(&values[src * row..][..row]);
             }
         }
