@@ -18,13 +18,22 @@ pub struct RunArgs {
     pub sampling: SamplingArgs,
     #[command(flatten)]
     pub lora: crate::lora_args::LoraArgs,
-    /// The prompt.
-    #[arg(
-        short = 'p',
-        long = "prompt",
-        default_value = "The capital of France is"
-    )]
-    pub prompt: String,
+    /// The prompt (default: "The capital of France is"). Escapes (\n, \t, \\, \", \') are
+    /// processed as llama.cpp does, unless --no-escape.
+    #[arg(short = 'p', long = "prompt", conflicts_with = "file")]
+    pub prompt: Option<String>,
+    /// Read the prompt from FILE (`-` for standard input), as it is.
+    #[arg(short = 'f', long = "file", value_name = "FILE")]
+    pub file: Option<PathBuf>,
+    /// Take -p's backslashes literally (no escape processing).
+    #[arg(long = "no-escape")]
+    pub no_escape: bool,
+    /// Process escapes in -p (the default; kept for llama.cpp's spelling).
+    #[arg(short = 'e', long = "escape", conflicts_with = "no_escape")]
+    pub escape: bool,
+    /// Print only the generated text, not the prompt before it.
+    #[arg(long = "no-display-prompt")]
+    pub no_display_prompt: bool,
     /// Tokens to generate (stops earlier at end of text); -1: until end of text or a full
     /// context.
     #[arg(short = 'n', long = "n-predict", default_value = "128",
@@ -48,7 +57,71 @@ pub struct RunArgs {
     pub trace: Option<PathBuf>,
 }
 
+/// The prompt text: -p's (escapes processed unless --no-escape), -f's file or standard input,
+/// or the default.
+fn prompt_text(args: &RunArgs) -> Result<String> {
+    if let Some(p) = &args.prompt {
+        return Ok(if args.no_escape {
+            p.clone()
+        } else {
+            process_escapes(p)
+        });
+    }
+    match &args.file {
+        Some(f) if f.as_os_str() == "-" => {
+            let mut text = String::new();
+            std::io::Read::read_to_string(&mut std::io::stdin().lock(), &mut text)
+                .context("reading the prompt from standard input")?;
+            Ok(text)
+        }
+        Some(f) => std::fs::read_to_string(f)
+            .with_context(|| format!("reading the prompt file {}", f.display())),
+        None => Ok("The capital of France is".to_string()),
+    }
+}
+
+/// llama.cpp's escapes: `\n`, `\r`, `\t`, `\'`, `\"`, `\\`, `\xHH`; any other backslash
+/// stays as it is.
+fn process_escapes(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    let mut chars = s.chars().peekable();
+    while let Some(c) = chars.next() {
+        if c != '\\' {
+            out.push(c);
+            continue;
+        }
+        let simple = match chars.peek() {
+            Some('n') => Some('\n'),
+            Some('r') => Some('\r'),
+            Some('t') => Some('\t'),
+            Some('\'') => Some('\''),
+            Some('"') => Some('"'),
+            Some('\\') => Some('\\'),
+            _ => None,
+        };
+        if let Some(e) = simple {
+            out.push(e);
+            chars.next();
+            continue;
+        }
+        if chars.peek() == Some(&'x') {
+            let hex: String = chars.clone().skip(1).take(2).collect();
+            if hex.len() == 2 && hex.chars().all(|h| h.is_ascii_hexdigit()) {
+                let b = u8::from_str_radix(&hex, 16).unwrap_or(0x80);
+                if b.is_ascii() {
+                    out.push(b as char);
+                    chars.nth(2);
+                    continue;
+                }
+            }
+        }
+        out.push('\\');
+    }
+    out
+}
+
 pub fn run(args: &RunArgs) -> Result<()> {
+    let prompt_text = prompt_text(args)?;
     let model = args.model.open()?;
     let opts = args.model.exec_options();
     let mut session =
@@ -60,14 +133,14 @@ pub fn run(args: &RunArgs) -> Result<()> {
         if let Some(sys) = &args.system {
             messages.push(Message::new("system", sys));
         }
-        messages.push(Message::new("user", &args.prompt));
+        messages.push(Message::new("user", &prompt_text));
         template.render(&messages, true)?
     } else {
-        args.prompt.clone()
+        prompt_text.clone()
     };
     let prompt = model.tokenizer()?.encode(&text, true)?;
-    if !args.chat {
-        emit(&args.prompt)?;
+    if !args.chat && !args.no_display_prompt {
+        emit(&prompt_text)?;
     }
     let gen_opts = args.sampling.options(args.n_predict, args.ignore_eos);
     let t0 = Instant::now();
@@ -92,4 +165,22 @@ pub fn run(args: &RunArgs) -> Result<()> {
         if opts.strict { 1 } else { opts.threads }
     );
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::process_escapes;
+
+    #[test]
+    fn escapes_as_llama_cpp_processes_them() {
+        assert_eq!(process_escapes(r"a\nb\tc"), "a\nb\tc");
+        assert_eq!(process_escapes(r#"\"q\" \'s\' \\n"#), "\"q\" 's' \\n");
+        assert_eq!(process_escapes(r"\x41\x7e!"), "A~!");
+        // Unknown or unfinished escapes stay as written.
+        assert_eq!(
+            process_escapes(r"\q \x4 \xZZ \x+1 \xff end\"),
+            r"\q \x4 \xZZ \x+1 \xff end\"
+        );
+        assert_eq!(process_escapes("plain é"), "plain é");
+    }
 }

@@ -401,3 +401,76 @@ fn minus_one_counts_and_usage_exit_codes() {
     assert_eq!(out.code, Some(0));
     assert!(out.stdout.contains("serve"), "{}", out.stdout);
 }
+
+/// The prompt from a file (`-f FILE`) or standard input (`-f -`), without echo
+/// (`--no-display-prompt`), and -p's escapes processed as llama.cpp does (or not, with
+/// `--no-escape`): each gives the text of the same prompt given plainly.
+#[test]
+fn prompt_from_a_file_or_stdin_without_echo_and_with_escapes() {
+    use std::io::Write;
+    use std::process::Stdio;
+    let prompt = "Q: What is 2 + 2?\nA:";
+    let greedy = ["-n", "12", "--temp", "0", "-t", "2"];
+    let run = |extra: &[&str], stdin: Option<&str>| {
+        let mut cmd = tnn();
+        cmd.arg("run")
+            .args(greedy)
+            .args(extra)
+            .arg("-m")
+            .arg(real_model());
+        cmd.stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let mut child = cmd.spawn().unwrap();
+        let mut input = child.stdin.take().unwrap();
+        input.write_all(stdin.unwrap_or("").as_bytes()).unwrap();
+        drop(input);
+        let out = child.wait_with_output().unwrap();
+        assert!(
+            out.status.success(),
+            "{extra:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let plain = run(&["-p", prompt], None);
+    assert!(
+        plain.starts_with(prompt) && plain.len() > prompt.len() + 2,
+        "{plain:?}"
+    );
+    let generated = &plain[prompt.len()..];
+
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("prompt.txt");
+    std::fs::write(&file, prompt).unwrap();
+    assert_eq!(run(&["-f", file.to_str().unwrap()], None), plain);
+    assert_eq!(run(&["-f", "-"], Some(prompt)), plain);
+    assert_eq!(run(&["-p", prompt, "--no-display-prompt"], None), generated);
+    // `\n` typed in a shell is a backslash and an n: processed by default, kept with
+    // --no-escape.
+    let typed = r"Q: What is 2 + 2?\nA:";
+    assert_eq!(run(&["-p", typed], None), plain);
+    assert_eq!(run(&["-p", typed, "-e"], None), plain);
+    let literal = run(&["-p", typed, "--no-escape"], None);
+    assert!(literal.starts_with(typed), "{literal:?}");
+
+    // -p and -f together, or a file that is not there: one-line errors.
+    let out = tnn()
+        .args(["run", "-p", "x", "-f"])
+        .arg(&file)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let out = tnn()
+        .args(["run", "-f", "/nonexistent/prompt.txt", "-m"])
+        .arg(real_model())
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.code() == Some(1)
+            && err.contains("/nonexistent/prompt.txt")
+            && err.lines().count() == 1,
+        "{err}"
+    );
+}
