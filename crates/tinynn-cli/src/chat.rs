@@ -2,9 +2,8 @@
 //! whole conversation with the chat template and evaluates only what the cache does not hold.
 
 use std::io::BufRead;
-use std::path::{Path, PathBuf};
 
-use anyhow::{bail, Context, Result};
+use anyhow::{bail, Result};
 use clap::Args;
 use tinynn_models::chat::{ChatTemplate, Message};
 use tinynn_models::model::Model;
@@ -22,29 +21,31 @@ pub struct ChatArgs {
     /// System prompt (default: the template's own).
     #[arg(long = "system-prompt", visible_alias = "sys")]
     pub system: Option<String>,
-    /// Chat template file to use instead of the model's.
-    #[arg(long = "chat-template")]
-    pub chat_template: Option<PathBuf>,
+    #[command(flatten)]
+    pub template: crate::chat_template_args::ChatTemplateArgs,
     /// Most tokens per reply.
     #[arg(short = 'n', long = "n-predict", default_value = "512",
           value_parser = crate::generate::parse_n_predict, allow_negative_numbers = true)]
     pub n_predict: usize,
 }
 
-/// The chat template: from `--chat-template`, else the model's.
-pub fn template(model: &Model, path: Option<&Path>) -> Result<ChatTemplate> {
-    let source = path
-        .map(|p| std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display())))
-        .transpose()?;
+/// The chat template: from `--chat-template` / `--chat-template-file`, else the model's.
+pub fn template(
+    model: &Model,
+    args: &crate::chat_template_args::ChatTemplateArgs,
+) -> Result<ChatTemplate> {
+    let source = args.source()?;
     if source.is_none() && model.chat_template_source().is_none() {
-        bail!("the model has no chat template; give one with --chat-template FILE");
+        bail!(
+            "the model has no chat template; give one with --chat-template NAME|JINJA or --chat-template-file FILE"
+        );
     }
     Ok(model.chat_template(source)?)
 }
 
 pub fn run(args: &ChatArgs) -> Result<()> {
     let model = args.model.open()?;
-    let template = template(&model, args.chat_template.as_deref())?;
+    let template = template(&model, &args.template)?;
     let mut session = args
         .model
         .session(model.clone(), args.lora.applied()?, false)?;

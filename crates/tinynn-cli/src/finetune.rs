@@ -36,9 +36,9 @@ pub struct FinetuneArgs {
     /// Also write the base with the adapter merged in (DIR/merged.gguf; GGUF bases only).
     #[arg(long, requires = "lora")]
     pub merge: bool,
-    /// Chat template file for .jsonl data (default: the model's).
-    #[arg(long = "chat-template")]
-    pub chat_template: Option<PathBuf>,
+    /// The chat template for .jsonl data (default: the model's).
+    #[command(flatten)]
+    pub template: crate::chat_template_args::ChatTemplateArgs,
     #[command(flatten)]
     pub train: LoopArgs,
 }
@@ -49,10 +49,7 @@ pub fn run(args: &FinetuneArgs) -> Result<()> {
     let tokenizer = model.tokenizer()?;
     let la = &args.train;
     let template = if tinynn_train::data::is_chat(&la.data) {
-        Some(crate::chat::template(
-            &model,
-            args.chat_template.as_deref(),
-        )?)
+        Some(crate::chat::template(&model, &args.template)?)
     } else {
         None
     };

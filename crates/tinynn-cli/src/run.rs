@@ -45,9 +45,8 @@ pub struct RunArgs {
     /// System prompt for --chat (default: the template's own).
     #[arg(long = "system-prompt", visible_alias = "sys")]
     pub system: Option<String>,
-    /// Chat template file to use instead of the model's.
-    #[arg(long = "chat-template")]
-    pub chat_template: Option<PathBuf>,
+    #[command(flatten)]
+    pub template: crate::chat_template_args::ChatTemplateArgs,
     /// Keep generating past the end-of-text token.
     #[arg(long)]
     pub ignore_eos: bool,
@@ -128,7 +127,7 @@ pub fn run(args: &RunArgs) -> Result<()> {
         args.model
             .session(model.clone(), args.lora.applied()?, args.trace.is_some())?;
     let text = if args.chat {
-        let template = crate::chat::template(&model, args.chat_template.as_deref())?;
+        let template = crate::chat::template(&model, &args.template)?;
         let mut messages = Vec::new();
         if let Some(sys) = &args.system {
             messages.push(Message::new("system", sys));

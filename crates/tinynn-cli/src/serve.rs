@@ -1,6 +1,6 @@
 //! `tnn serve`: the OpenAI-compatible HTTP server (flags only; the server is `tinynn-server`).
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use clap::Args;
 
 use crate::generate::ModelArgs;
@@ -29,20 +29,15 @@ pub struct ServeArgs {
     /// Let browser pages from this origin call the API (CORS).
     #[arg(long)]
     pub cors: Option<String>,
-    /// Chat template file to use instead of the model's.
-    #[arg(long = "chat-template")]
-    pub chat_template: Option<std::path::PathBuf>,
+    #[command(flatten)]
+    pub template: crate::chat_template_args::ChatTemplateArgs,
     /// How /v1/embeddings pools a text's hidden states: mean or last.
     #[arg(long, default_value = "mean", value_parser = ["mean", "last"])]
     pub pooling: String,
 }
 
 pub fn run(args: &ServeArgs) -> Result<()> {
-    let chat_template = args
-        .chat_template
-        .as_ref()
-        .map(|p| std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display())))
-        .transpose()?;
+    let chat_template = args.template.source()?;
     let config = tinynn_server::ServerConfig {
         model: args.model.path()?,
         host: args.host.clone(),

@@ -29,9 +29,9 @@ pub struct TrainArgs {
     /// GGUF model whose tokenizer (and chat template) to use (default: the default model's).
     #[arg(long)]
     pub tokenizer: Option<PathBuf>,
-    /// Chat template file for .jsonl data (default: the tokenizer model's).
-    #[arg(long = "chat-template")]
-    pub chat_template: Option<PathBuf>,
+    /// The chat template for .jsonl data (default: the model's).
+    #[command(flatten)]
+    pub template: crate::chat_template_args::ChatTemplateArgs,
     #[command(flatten)]
     pub train: LoopArgs,
 }
@@ -61,10 +61,7 @@ pub fn run(args: &TrainArgs) -> Result<()> {
     }
     let template = if tinynn_train::data::is_chat(&la.data) {
         let model = tinynn_models::model::Model::open(&tok_path)?;
-        Some(crate::chat::template(
-            &model,
-            args.chat_template.as_deref(),
-        )?)
+        Some(crate::chat::template(&model, &args.template)?)
     } else {
         None
     };

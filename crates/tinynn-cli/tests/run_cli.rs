@@ -474,3 +474,54 @@ fn prompt_from_a_file_or_stdin_without_echo_and_with_escapes() {
         "{err}"
     );
 }
+
+/// `--chat-template NAME|JINJA` and `--chat-template-file FILE` (llama.cpp's spellings): with a
+/// system prompt SmolLM2's own template renders ChatML, so the built-in `chatml`, the same
+/// Jinja inline and from a file all give the model's own greedy answer; an unknown name is a
+/// one-line error listing the built-in ones.
+#[test]
+fn chat_templates_by_name_inline_or_file() {
+    let run = |extra: &[&str]| {
+        let out = tnn()
+            .args([
+                "run",
+                "--chat",
+                "--sys",
+                "You answer in one word.",
+                "-p",
+                "Capital of France?",
+            ])
+            .args(["-n", "8", "--temp", "0", "-t", "2"])
+            .args(extra)
+            .arg("-m")
+            .arg(real_model())
+            .output()
+            .unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (code, own, err) = run(&[]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(!own.trim().is_empty());
+    let chatml = "{%- for m in messages %}{{ '<|im_start|>' + m['role'] + '\\n' + m['content'] + '<|im_end|>\\n' }}{%- endfor %}{%- if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{%- endif %}";
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("chatml.jinja");
+    std::fs::write(&file, chatml).unwrap();
+    for extra in [
+        vec!["--chat-template", "chatml"],
+        vec!["--chat-template", chatml],
+        vec!["--chat-template-file", file.to_str().unwrap()],
+    ] {
+        let (code, text, err) = run(&extra);
+        assert_eq!((code, &text), (Some(0), &own), "{extra:?}: {err}");
+    }
+    let (code, _, err) = run(&["--chat-template", "no-such-template"]);
+    assert_eq!(code, Some(1));
+    assert!(
+        err.contains("chatml, llama3, gemma, phi3") && err.trim().lines().count() == 1,
+        "{err}"
+    );
+}
