@@ -130,11 +130,12 @@ fn expected(target: &str, name: &str, n_dims: usize) -> GgmlType {
         "Q6_K" => (Q6K, Q8_0),
         _ => unreachable!("{target}"),
     };
-    let mix_m = target.ends_with("_M");
+    // llama-quantize's aliases: the plain K names are the _M mixes.
+    let mix_m = target.ends_with("_M") || matches!(target, "Q4_K" | "Q5_K");
     let attn_v = name.ends_with("attn_v.weight");
     if name == "token_embd.weight" || (attn_v && mix_m && layer1) {
         Q6K
-    } else if attn_v && matches!(target, "Q4_K" | "Q4_K_S") {
+    } else if attn_v && target == "Q4_K_S" {
         Q5K
     } else if name.ends_with("ffn_down.weight") {
         // 96-wide rows: a K type is impossible.
@@ -186,8 +187,10 @@ fn every_target_on_a_synthetic_model() {
         ("Q4_1", "Q4_1"),
         ("Q5_0", "Q5_0"),
         ("Q5_1", "Q5_1"),
-        ("Q4_K", "Q4_K_S"),
-        ("Q5_K", "Q5_K_S"),
+        ("Q4_K", "Q4_K_M"),
+        ("Q5_K", "Q5_K_M"),
+        ("Q4_K_S", "Q4_K_S"),
+        ("Q5_K_S", "Q5_K_S"),
         ("Q6_K", "Q6_K"),
         ("Q4_K_M", "Q4_K_M"),
         ("Q5_K_M", "Q5_K_M"),

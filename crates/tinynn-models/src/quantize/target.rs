@@ -45,7 +45,7 @@ impl Target {
         Target::Q5KM,
     ];
 
-    /// The name users type (`Q4_K` is accepted for `Q4_K_S` and `Q5_K` for `Q5_K_S`, see
+    /// The name users type (`Q4_K` is accepted for `Q4_K_M` and `Q5_K` for `Q5_K_M`, see
     /// [`Target::parse`]).
     pub fn name(self) -> &'static str {
         match self {
@@ -65,14 +65,13 @@ impl Target {
         }
     }
 
-    /// Parses a target name, case-insensitively. The plain K names mean "mostly that type":
-    /// `Q4_K` is `Q4_K_S` and `Q5_K` is `Q5_K_S` (llama.cpp's `llama-quantize` instead reads them
-    /// as aliases of the `_M` mixes; here the mixes are asked for by their own names).
+    /// Parses a target name, case-insensitively. The plain K names are aliases of the `_M`
+    /// mixes, as `llama-quantize` reads them: `Q4_K` is `Q4_K_M` and `Q5_K` is `Q5_K_M`.
     pub fn parse(name: &str) -> Option<Target> {
         let upper = name.to_ascii_uppercase();
         match upper.as_str() {
-            "Q4_K" => return Some(Target::Q4KS),
-            "Q5_K" => return Some(Target::Q5KS),
+            "Q4_K" => return Some(Target::Q4KM),
+            "Q5_K" => return Some(Target::Q5KM),
             _ => {}
         }
         Target::ALL.into_iter().find(|t| t.name() == upper)
@@ -141,8 +140,8 @@ mod tests {
             // The file-type table names each target the way users spell it.
             assert_eq!(file_type_name(u64::from(t.file_type())), Some(t.name()));
         }
-        assert_eq!(Target::parse("q4_k"), Some(Target::Q4KS));
-        assert_eq!(Target::parse("Q5_K"), Some(Target::Q5KS));
+        assert_eq!(Target::parse("q4_k"), Some(Target::Q4KM));
+        assert_eq!(Target::parse("Q5_K"), Some(Target::Q5KM));
         assert_eq!(Target::parse("Q3_K_M"), None);
         assert_eq!(Target::parse("Q8_1"), None);
     }
