@@ -13,12 +13,23 @@ use serde::Serialize;
 use tinynn_models::bench::{bench, describe, peak_rss, BenchConfig};
 use tinynn_models::model::Model;
 
-use crate::generate::ModelArgs;
-
 #[derive(Args)]
 pub struct BenchArgs {
-    #[command(flatten)]
-    pub model: ModelArgs,
+    /// Model file (default: SmolLM2-135M-Instruct Q4_1 from the cache, fetched if missing).
+    #[arg(short = 'm', long = "model")]
+    pub model: Option<std::path::PathBuf>,
+    /// Thread counts to test, comma-separated (default: all cores).
+    #[arg(short = 't', long = "threads", value_delimiter = ',')]
+    pub threads: Vec<usize>,
+    /// Most prompt tokens per batch (default: the whole prompt in one batch).
+    #[arg(short = 'b', long = "batch-size")]
+    pub batch: Option<usize>,
+    /// Reference mode: one thread, f64 accumulation, unquantized activations.
+    #[arg(long)]
+    pub strict: bool,
+    /// Use the file's weight layout as is (no interleaved copy for the matrix kernels).
+    #[arg(long = "no-repack")]
+    pub no_repack: bool,
     /// Prompt lengths to test, comma-separated (0 or empty: none).
     #[arg(
         short = 'p',
@@ -39,7 +50,7 @@ pub struct BenchArgs {
     #[arg(short = 'r', long = "repetitions", default_value_t = 5)]
     pub reps: usize,
     /// Output format: md or json.
-    #[arg(short = 'o', long = "output", default_value = "md")]
+    #[arg(short = 'o', long = "output", default_value = "md", value_parser = ["md", "json"])]
     pub output: String,
     /// Also report the process's peak resident memory.
     #[arg(long)]
@@ -54,8 +65,23 @@ pub struct BenchArgs {
     pub parallel: Vec<usize>,
 }
 
+/// A result row: llama-bench's JSON keys (`model_type`, `n_threads`, `avg_ts`, …) and
+/// tinynn's own (`model`, `threads`, `test`, memory).
 #[derive(Serialize)]
 struct Row {
+    model_filename: String,
+    model_type: String,
+    model_size: u64,
+    model_n_params: u64,
+    backends: &'static str,
+    n_batch: usize,
+    n_threads: usize,
+    n_prompt: usize,
+    n_gen: usize,
+    test_time: String,
+    avg_ns: u64,
+    stddev_ns: u64,
+    samples_ns: Vec<u64>,
     model: String,
     size_bytes: u64,
     params: u64,
@@ -74,49 +100,106 @@ struct Row {
 }
 
 pub fn run(args: &BenchArgs) -> Result<()> {
-    let path = args.model.path()?;
-    let model = Model::open(&path)?;
-    let exec = args.model.exec_options();
-    let cfg = BenchConfig {
-        n_prompt: args.n_prompt.clone(),
-        n_gen: args.n_gen.clone(),
-        parallel: args.parallel.clone(),
-        reps: args.reps,
-        exec,
-        busy: args.busy,
-    };
+    let path = tinynn_format::model_cache::model_or_default(args.model.as_deref())?;
+    let model = Model::open(&path).with_context(|| format!("loading {}", path.display()))?;
     let fmt = args.output.as_str();
-    if !matches!(fmt, "md" | "json") {
-        bail!("unknown output format '{fmt}' (md or json)");
-    }
     let (params, size, name) = describe(&model)?;
-    let report = bench(&model, &cfg).with_context(|| format!("benchmarking {}", path.display()))?;
-    let rss = if args.mem { peak_rss() } else { None };
-    let (repacked, kv) = (report.packed_bytes as u64, report.kv_cache_bytes as u64);
-    let rows: Vec<Row> = report
-        .results
-        .into_iter()
-        .map(|r| Row {
-            model: name.clone(),
-            size_bytes: size,
-            params,
-            backend: "CPU",
-            threads: if exec.strict { 1 } else { exec.threads },
-            test: r.test,
-            n_tokens: r.n_tokens,
-            avg_ts: r.avg_ts,
-            stddev_ts: r.stddev_ts,
-            samples_ts: r.samples_ts,
-            peak_rss_bytes: rss,
-            repacked_bytes: repacked,
-            kv_cache_bytes: kv,
-        })
-        .collect();
+    let thread_counts = if args.threads.is_empty() {
+        vec![crate::generate::all_cores()]
+    } else {
+        args.threads.clone()
+    };
+    if let Some(&t) = thread_counts.iter().find(|&&t| t == 0) {
+        bail!("{t} threads: give 1 or more");
+    }
+    let mut rows = Vec::new();
+    let mut mem = None;
+    for threads in thread_counts {
+        let exec = crate::generate::exec_options(Some(threads), args.strict, args.no_repack);
+        let cfg = BenchConfig {
+            n_prompt: args.n_prompt.clone(),
+            n_gen: args.n_gen.clone(),
+            parallel: args.parallel.clone(),
+            reps: args.reps,
+            n_batch: args.batch,
+            exec,
+            busy: args.busy,
+        };
+        let started = std::time::SystemTime::now();
+        let report =
+            bench(&model, &cfg).with_context(|| format!("benchmarking {}", path.display()))?;
+        let rss = if args.mem { peak_rss() } else { None };
+        let (repacked, kv) = (report.packed_bytes as u64, report.kv_cache_bytes as u64);
+        mem = rss.map(|r| (r, repacked, kv));
+        for r in report.results {
+            let is_pp = r.test.starts_with("pp");
+            let ns = |ts: f64| (r.n_tokens as f64 / ts.max(1e-12) * 1e9) as u64;
+            let samples_ns: Vec<u64> = r.samples_ts.iter().map(|&t| ns(t)).collect();
+            let avg_ns = samples_ns.iter().sum::<u64>() / samples_ns.len().max(1) as u64;
+            let var = samples_ns
+                .iter()
+                .map(|&x| (x as f64 - avg_ns as f64).powi(2))
+                .sum::<f64>()
+                / (samples_ns.len().max(2) - 1) as f64;
+            rows.push(Row {
+                model_filename: path.display().to_string(),
+                model_type: name.clone(),
+                model_size: size,
+                model_n_params: params,
+                backends: "CPU",
+                n_batch: args.batch.unwrap_or(r.n_tokens),
+                n_threads: if exec.strict { 1 } else { exec.threads },
+                n_prompt: if is_pp { r.n_tokens } else { 0 },
+                n_gen: if is_pp { 0 } else { r.n_tokens },
+                test_time: rfc3339(started),
+                avg_ns,
+                stddev_ns: var.sqrt() as u64,
+                samples_ns,
+                model: name.clone(),
+                size_bytes: size,
+                params,
+                backend: "CPU",
+                threads: if exec.strict { 1 } else { exec.threads },
+                test: r.test,
+                n_tokens: r.n_tokens,
+                avg_ts: r.avg_ts,
+                stddev_ts: r.stddev_ts,
+                samples_ts: r.samples_ts,
+                peak_rss_bytes: rss,
+                repacked_bytes: repacked,
+                kv_cache_bytes: kv,
+            });
+        }
+    }
     let out = match fmt {
         "json" => serde_json::to_string_pretty(&rows)? + "\n",
-        _ => markdown(&rows, rss.map(|r| (r, repacked, kv))),
+        _ => markdown(&rows, mem),
     };
     crate::generate::emit(&out)
+}
+
+/// `time` as UTC `YYYY-MM-DDTHH:MM:SSZ` (llama-bench's `test_time`).
+fn rfc3339(time: std::time::SystemTime) -> String {
+    let secs = time
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let (days, rem) = (secs / 86_400, secs % 86_400);
+    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
+    let z = days as i64 + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
 }
 
 /// The table, then (with `--mem`) peak RSS, repacked weight copies and KV cache.
@@ -145,4 +228,18 @@ fn markdown(rows: &[Row], mem: Option<(u64, u64, u64)>) -> String {
         ));
     }
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::rfc3339;
+    use std::time::{Duration, UNIX_EPOCH};
+
+    #[test]
+    fn test_times_are_utc_rfc3339() {
+        let at = |s: u64| rfc3339(UNIX_EPOCH + Duration::from_secs(s));
+        assert_eq!(at(0), "1970-01-01T00:00:00Z");
+        assert_eq!(at(951_782_400), "2000-02-29T00:00:00Z");
+        assert_eq!(at(1_796_181_142), "2026-12-02T03:12:22Z");
+    }
 }

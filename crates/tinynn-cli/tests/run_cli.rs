@@ -525,3 +525,54 @@ fn chat_templates_by_name_inline_or_file() {
         "{err}"
     );
 }
+
+/// `tnn bench` as llama-bench takes and writes it: `-t` a list (one row per count and test),
+/// `-b` the prompt batch, and llama-bench's JSON keys beside tinynn's; `-c` (which llama-bench
+/// has not either) is refused instead of ignored.
+#[test]
+fn bench_thread_lists_batches_and_llama_bench_keys() {
+    let out = run_measured(
+        tnn()
+            .args([
+                "bench", "-p", "32", "-n", "4", "-r", "2", "-t", "1,2", "-b", "8",
+            ])
+            .args(["-o", "json", "-m"])
+            .arg(real_model()),
+    );
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    let rows: serde_json::Value = serde_json::from_str(&out.stdout).unwrap();
+    let rows = rows.as_array().unwrap();
+    let got: Vec<(u64, u64, u64, &str)> = rows
+        .iter()
+        .map(|r| {
+            (
+                r["n_threads"].as_u64().unwrap(),
+                r["n_prompt"].as_u64().unwrap(),
+                r["n_gen"].as_u64().unwrap(),
+                r["test"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        got,
+        [
+            (1, 32, 0, "pp32"),
+            (1, 0, 4, "tg4"),
+            (2, 32, 0, "pp32"),
+            (2, 0, 4, "tg4")
+        ]
+    );
+    for r in rows {
+        assert_eq!(r["model_type"], "llama 135M Q4_1");
+        assert_eq!(r["model_n_params"], 134515008u64);
+        assert_eq!(r["backends"], "CPU");
+        let tokens = r["n_prompt"].as_f64().unwrap() + r["n_gen"].as_f64().unwrap();
+        let (ts, ns) = (r["avg_ts"].as_f64().unwrap(), r["avg_ns"].as_f64().unwrap());
+        assert!((tokens / (ns * 1e-9) / ts - 1.0).abs() < 0.2, "{r}");
+        assert_eq!(r["samples_ns"].as_array().unwrap().len(), 2);
+        assert!(r["test_time"].as_str().unwrap().ends_with('Z'));
+    }
+    assert_eq!(rows[0]["n_batch"], 8);
+    let out = run_measured(tnn().args(["bench", "-c", "512", "-m"]).arg(real_model()));
+    assert_eq!(out.code, Some(1), "{}", out.stderr);
+}

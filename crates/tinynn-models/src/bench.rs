@@ -28,6 +28,8 @@ pub struct BenchConfig {
     pub parallel: Vec<usize>,
     /// Timed repetitions of each test (after one warm-up run).
     pub reps: usize,
+    /// Most prompt tokens per batch (`None`: the whole prompt in one batch).
+    pub n_batch: Option<usize>,
     /// Threads, strict mode, repacking.
     pub exec: ExecOptions,
     /// Other threads kept spinning during the tests (a busy machine: how much speed survives
@@ -175,7 +177,12 @@ fn run_tests(model: &Arc<Model>, cfg: &BenchConfig) -> Result<BenchReport> {
     let n_gen: Vec<usize> = cfg.n_gen.iter().copied().filter(|&n| n > 0).collect();
     let longest = n_prompt.iter().chain(&n_gen).copied().max().unwrap_or(1);
     let mut session = Session::new(model.clone(), longest, cfg.exec)?;
-    session.set_n_batch(longest);
+    if cfg.n_batch == Some(0) {
+        return Err(ModelError::Invalid(
+            "a batch size must be at least 1".into(),
+        ));
+    }
+    session.set_n_batch(cfg.n_batch.unwrap_or(longest).min(longest));
     let vocab = session.model().config().n_vocab.unwrap_or(8) as usize;
     let mut results = Vec::new();
     for &n in &n_prompt {
