@@ -190,3 +190,61 @@ fn plan_prints_decode_and_prefill_layouts() {
     let out = run_measured(tnn().args(["plan", "-m", "/nonexistent.gguf"]));
     assert_eq!(out.code, Some(1));
 }
+
+/// A file cut short (an interrupted download) says so; a file with a byte no writer produces
+/// says it looks damaged; a file that is not GGUF at all gets no such guess. (The files are
+/// made by streaming pieces of the model, so this test's own memory stays small: the RSS
+/// other tests measure of their children includes the test process's at fork.)
+#[test]
+fn cut_short_or_damaged_files_say_what_they_look_like() {
+    use std::io::{Read, Seek, Write};
+    let dir = tempfile::tempdir().unwrap();
+    let model = real_model();
+    let len = std::fs::metadata(&model).unwrap().len();
+    // The first `n` bytes of the model, with `patch` (offset, byte) applied.
+    let write_prefix = |name: &str, n: u64, patch: Option<(u64, u8)>| {
+        let path = dir.path().join(format!("{name}.gguf"));
+        let mut out = std::fs::File::create(&path).unwrap();
+        std::io::copy(&mut std::fs::File::open(&model).unwrap().take(n), &mut out).unwrap();
+        if let Some((at, byte)) = patch {
+            out.seek(std::io::SeekFrom::Start(at)).unwrap();
+            out.write_all(&[byte]).unwrap();
+        }
+        path
+    };
+    // tokenizer.ggml.add_bos_token's value byte (0 or 1), found in the first 4 MiB.
+    let bool_at = {
+        let mut head = Vec::new();
+        std::fs::File::open(&model)
+            .unwrap()
+            .take(4 << 20)
+            .read_to_end(&mut head)
+            .unwrap();
+        let key = b"tokenizer.ggml.add_bos_token";
+        let at = head.windows(key.len()).position(|w| w == key).unwrap();
+        (at + key.len() + 4) as u64
+    };
+    let text = dir.path().join("text.gguf");
+    std::fs::write(&text, "hello, not a model").unwrap();
+    let cases = [
+        (write_prefix("half", len / 2, None), "looks truncated"),
+        (write_prefix("header", 3000, None), "looks truncated"),
+        (
+            write_prefix("bool", len, Some((bool_at, 7))),
+            "looks damaged",
+        ),
+        (text, "not a GGUF file"),
+    ];
+    for (path, needle) in cases {
+        let out = run_measured(tnn().arg("inspect").arg(&path));
+        let err = out.stderr.trim_end();
+        assert!(
+            out.code == Some(1) && err.contains(needle) && !err.contains('\n'),
+            "{}: {err}",
+            path.display()
+        );
+        if needle == "not a GGUF file" {
+            assert!(!err.contains("looks"), "{err}");
+        }
+    }
+}

@@ -84,6 +84,23 @@ pub enum GgufErrorKind {
 }
 
 impl GgufErrorKind {
+    /// What the error suggests about the file, for the message a user sees: bytes missing at
+    /// the end (a download or copy cut short), or bytes that no GGUF writer produces.
+    pub fn hint(&self) -> &'static str {
+        use GgufErrorKind::*;
+        match self {
+            UnexpectedEof { .. }
+            | CountTooLarge { .. }
+            | LengthTooLarge { .. }
+            | TensorOutOfBounds { .. }
+            | DataSectionPastEnd { .. } => {
+                " (the file looks truncated: an interrupted download or copy? fetch it again)"
+            }
+            BadMagic { .. } | BigEndian | UnsupportedVersion { .. } => "",
+            _ => " (the file looks damaged: fetch it again, or ask whoever made it)",
+        }
+    }
+
     /// The variant's name, stable for tests and machine-readable output.
     pub fn code(&self) -> &'static str {
         use GgufErrorKind::*;
@@ -138,7 +155,7 @@ pub enum Error {
         path: PathBuf,
         cause: std::io::Error,
     },
-    #[error("{}: invalid GGUF {cause}", path.display())]
+    #[error("{}: invalid GGUF {cause}{}", path.display(), cause.kind.hint())]
     Gguf { path: PathBuf, cause: GgufError },
     #[error("{}: invalid safetensors file: {message}", path.display())]
     Safetensors { path: PathBuf, message: String },
