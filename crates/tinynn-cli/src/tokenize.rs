@@ -47,7 +47,8 @@ pub fn run(args: &TokenizeArgs) -> Result<()> {
         out.push_str(&format!("[{}]\n", list.join(", ")));
     } else {
         for &id in &ids {
-            out.push_str(&format!("{id:6} -> {:?}\n", tokenizer.decode(&[id])?));
+            // As llama-tokenize prints them: the piece as it is, between single quotes.
+            out.push_str(&format!("{id:6} -> '{}'\n", tokenizer.decode(&[id])?));
         }
     }
     if args.show_count {

@@ -27,8 +27,8 @@ fn tokenize_prints_ids_and_pieces() {
     assert_eq!(out.code, Some(0), "{}", out.stderr);
     assert_eq!(
         out.stdout,
-        " 19556 -> \"Hello\"\n   905 -> \" world\"\n   216 -> \" \"\n    33 -> \"1\"\n    \
-         34 -> \"2\"\nTotal number of tokens: 5\n"
+        " 19556 -> 'Hello'\n   905 -> ' world'\n   216 -> ' '\n    33 -> '1'\n    \
+         34 -> '2'\nTotal number of tokens: 5\n"
     );
 }
 
