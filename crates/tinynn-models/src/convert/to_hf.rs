@@ -197,11 +197,12 @@ pub fn export_hf(model: &Model, out: &Path, opts: &ExportOptions) -> Result<Expo
 
     let mut tokens = 0;
     if let Some(text) = tokenizer_json {
-        let tok = model.tokenizer()?;
-        tokens = tok.token_strings().len();
+        // Every token's string, made once (a table of the whole vocabulary).
+        let strings = model.tokenizer()?.token_strings();
+        tokens = strings.len();
         write_text(&out.join("tokenizer.json"), &text)?;
         let piece = |id: Option<u64>| {
-            id.and_then(|i| tok.token_strings().get(i as usize).cloned())
+            id.and_then(|i| strings.get(i as usize).cloned())
                 .map_or(Json::Null, Json::from)
         };
         let mut tc = Map::new();
