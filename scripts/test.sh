@@ -3,9 +3,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-echo "== fetch the real models (skipped when cached)"
-scripts/fetch-models.sh >/dev/null
-scripts/fetch-models.sh gemma3 >/dev/null
+echo "== fetch the real models (checked by SHA-256; downloaded only when missing or damaged)"
+cargo run --release --quiet --bin tnn -- pull smollm2 gemma3 >/dev/null
 
 echo "== cargo fmt --check"
 cargo fmt --all -- --check
@@ -28,6 +27,9 @@ done
 
 echo "== cargo test --release"
 cargo test --workspace --release
+
+echo "== cargo install, and the installed tnn run from another directory"
+scripts/test-install.sh
 
 echo "== the openai Python client against tnn serve"
 scripts/test-openai-client.sh

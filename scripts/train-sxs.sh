@@ -20,7 +20,7 @@ if [ -z "${TNN:-}" ]; then
   cargo build --release -q -p tinynn-cli
   TNN=target/release/tnn
 fi
-[ -f "$MODEL" ] || scripts/fetch-models.sh
+[ -f "$MODEL" ] || "$TNN" pull smollm2 >/dev/null
 "$TNN" quantize "$MODEL" "$WORK/f32.gguf" F32 --allow-requantize >/dev/null 2>&1
 
 tinynn() { # name, extra args...

@@ -15,7 +15,7 @@ use tinynn_models::model::Model;
 
 #[derive(Args)]
 pub struct BenchArgs {
-    /// Model file (default: SmolLM2-135M-Instruct Q4_1 from the cache, fetched if missing).
+    /// Model file, or a model name: smollm2, gemma3 (default: smollm2, fetched into the cache if missing).
     #[arg(short = 'm', long = "model")]
     pub model: Option<std::path::PathBuf>,
     /// Thread counts to test, comma-separated (default: all cores).
@@ -100,7 +100,7 @@ struct Row {
 }
 
 pub fn run(args: &BenchArgs) -> Result<()> {
-    let path = tinynn_format::model_cache::model_or_default(args.model.as_deref())?;
+    let path = crate::models::resolve(args.model.as_deref())?;
     let model = Model::open(&path).with_context(|| format!("loading {}", path.display()))?;
     let fmt = args.output.as_str();
     let (params, size, name) = describe(&model)?;

@@ -16,7 +16,7 @@ use tinynn_models::convert::{convert_hf, ConvertOptions};
 use tinynn_models::model::Model;
 use tinynn_models::quantize::Target;
 
-#[derive(Args)]
+#[derive(Args, Clone)]
 pub struct ConvertArgs {
     /// The Hugging Face model directory (config.json, *.safetensors, tokenizer.json), or a
     /// GGUF file to write as a Hugging Face directory.
@@ -39,6 +39,11 @@ pub struct ConvertArgs {
 }
 
 pub fn run(args: &ConvertArgs) -> Result<()> {
+    // INPUT may be a model name (`smollm2`) as well as a path.
+    let args = &ConvertArgs {
+        input: crate::models::resolve(Some(&args.input))?,
+        ..args.clone()
+    };
     if args.input.is_file() {
         return to_hf(args);
     }

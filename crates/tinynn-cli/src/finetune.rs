@@ -14,7 +14,7 @@ use tinynn_models::model::Model;
 
 #[derive(Args)]
 pub struct FinetuneArgs {
-    /// Model to fine-tune (default: SmolLM2-135M-Instruct Q4_1 from the cache).
+    /// Model to fine-tune: a file, a directory or a model name (default: smollm2).
     #[arg(short = 'm', long = "model")]
     pub model: Option<PathBuf>,
     /// Train a LoRA adapter instead of every weight.
@@ -44,7 +44,7 @@ pub struct FinetuneArgs {
 }
 
 pub fn run(args: &FinetuneArgs) -> Result<()> {
-    let path = tinynn_format::model_cache::model_or_default(args.model.as_deref())?;
+    let path = crate::models::resolve(args.model.as_deref())?;
     let model = Model::open(&path)?;
     let tokenizer = model.tokenizer()?;
     let la = &args.train;

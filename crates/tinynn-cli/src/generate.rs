@@ -16,7 +16,7 @@ use tinynn_models::session::{Session, SessionOptions};
 
 #[derive(Args, Clone)]
 pub struct ModelArgs {
-    /// Model file (default: SmolLM2-135M-Instruct Q4_1 from the cache, fetched if missing).
+    /// Model file, or a model name: smollm2, gemma3 (default: smollm2, fetched into the cache if missing).
     #[arg(short = 'm', long = "model")]
     pub model: Option<PathBuf>,
     /// Context length (prompt + generated tokens).
@@ -38,9 +38,7 @@ pub struct ModelArgs {
 
 impl ModelArgs {
     pub fn path(&self) -> Result<PathBuf> {
-        Ok(tinynn_format::model_cache::model_or_default(
-            self.model.as_deref(),
-        )?)
+        crate::models::resolve(self.model.as_deref())
     }
 
     /// Opens the model `-m` names (or the default one).

@@ -8,6 +8,7 @@ mod finetune;
 mod generate;
 mod inspect;
 mod lora_args;
+mod models;
 mod perplexity;
 mod plan;
 mod quantize;
@@ -59,6 +60,12 @@ enum Command {
     Tokenize(tokenize::TokenizeArgs),
     /// Serve the model over an OpenAI-compatible HTTP API (chat, completions, streaming).
     Serve(Box<serve::ServeArgs>),
+    /// List the models in the cache and those `tnn pull` knows.
+    List(models::ListArgs),
+    /// Fetch known models into the cache (smollm2, the default; gemma3), checking SHA-256.
+    Pull(models::PullArgs),
+    /// Remove models from the cache.
+    Rm(models::RmArgs),
 }
 
 /// llama.cpp spells some flags with one dash and several letters (`-sys`); clap takes those as
@@ -99,6 +106,9 @@ fn main() -> ExitCode {
         Command::Serve(args) => serve::run(&args),
         Command::Finetune(args) => finetune::run(&args),
         Command::Train(args) => train::run(&args),
+        Command::List(args) => models::list(&args),
+        Command::Pull(args) => models::pull(&args),
+        Command::Rm(args) => models::rm(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -13,7 +13,7 @@ use tinynn_models::session::{Session, SessionOptions};
 
 #[derive(Args)]
 pub struct PerplexityArgs {
-    /// Model file (default: SmolLM2-135M-Instruct Q4_1 from the cache, fetched if missing).
+    /// Model file, or a model name: smollm2, gemma3 (default: smollm2, fetched into the cache if missing).
     #[arg(short = 'm', long = "model")]
     pub model: Option<PathBuf>,
     /// The text to score.
@@ -37,7 +37,7 @@ pub struct PerplexityArgs {
 }
 
 pub fn run(args: &PerplexityArgs) -> Result<()> {
-    let path = tinynn_format::model_cache::model_or_default(args.model.as_deref())?;
+    let path = crate::models::resolve(args.model.as_deref())?;
     let text = std::fs::read_to_string(&args.file)
         .with_context(|| format!("reading {}", args.file.display()))?;
     let model = Model::open(&path)?;

@@ -10,7 +10,7 @@ use tinynn_models::session::Session;
 
 #[derive(Args)]
 pub struct PlanArgs {
-    /// Model file (default: SmolLM2-135M-Instruct Q4_1 from the cache, fetched if missing).
+    /// Model file, or a model name: smollm2, gemma3 (default: smollm2, fetched into the cache if missing).
     #[arg(short = 'm', long = "model")]
     pub model: Option<PathBuf>,
     /// Context length (KV cache rows).
@@ -25,7 +25,7 @@ pub struct PlanArgs {
 }
 
 pub fn run(args: &PlanArgs) -> Result<()> {
-    let path = tinynn_format::model_cache::model_or_default(args.model.as_deref())?;
+    let path = crate::models::resolve(args.model.as_deref())?;
     let model = tinynn_models::model::Model::open(&path)?;
     let mut session = Session::new(model, args.ctx, ExecOptions::default())
         .with_context(|| format!("loading {}", path.display()))?;

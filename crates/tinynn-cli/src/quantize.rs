@@ -11,7 +11,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use tinynn_format::gguf::GgufFile;
 use tinynn_models::quantize::{quantize_file, Options, Report, Target};
 
-#[derive(Args)]
+#[derive(Args, Clone)]
 pub struct QuantizeArgs {
     /// The GGUF file to convert.
     #[arg(value_name = "IN")]
@@ -34,6 +34,11 @@ pub struct QuantizeArgs {
 const MIB: f64 = 1024.0 * 1024.0;
 
 pub fn run(args: &QuantizeArgs) -> Result<()> {
+    // INPUT may be a model name (`smollm2`) as well as a path.
+    let args = &QuantizeArgs {
+        input: crate::models::resolve(Some(&args.input))?,
+        ..args.clone()
+    };
     let Some(target) = Target::parse(&args.target) else {
         bail!(
             "unknown type '{}'; valid types: {}",

@@ -9,7 +9,7 @@ use tinynn_models::model::Model;
 
 #[derive(Args)]
 pub struct TokenizeArgs {
-    /// Model file or directory (default: SmolLM2-135M-Instruct Q4_1 from the cache).
+    /// Model file or directory, or a model name: smollm2, gemma3 (default: smollm2).
     #[arg(short = 'm', long = "model")]
     pub model: Option<PathBuf>,
     /// The text to tokenize.
@@ -37,7 +37,7 @@ pub fn run(args: &TokenizeArgs) -> Result<()> {
         }
         _ => bail!("give the text with -p TEXT or -f FILE"),
     };
-    let path = tinynn_format::model_cache::model_or_default(args.model.as_deref())?;
+    let path = crate::models::resolve(args.model.as_deref())?;
     let model = Model::open(&path)?;
     let tokenizer = model.tokenizer()?;
     let ids = tokenizer.encode(&text, !args.no_bos)?;

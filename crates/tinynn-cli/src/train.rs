@@ -26,7 +26,7 @@ pub struct TrainArgs {
     /// Model config (JSON; fields in `tnn train --help`'s module doc and the README).
     #[arg(long)]
     pub config: PathBuf,
-    /// GGUF model whose tokenizer (and chat template) to use (default: the default model's).
+    /// GGUF model (a path or a model name) whose tokenizer and chat template to use (default: smollm2).
     #[arg(long)]
     pub tokenizer: Option<PathBuf>,
     /// The chat template for .jsonl data (default: the model's).
@@ -42,7 +42,7 @@ pub fn run(args: &TrainArgs) -> Result<()> {
         .with_context(|| format!("reading {}", args.config.display()))?;
     let scratch: ScratchConfig = serde_json::from_str(&text)
         .with_context(|| format!("{}: not a model config", args.config.display()))?;
-    let tok_path = tinynn_format::model_cache::model_or_default(args.tokenizer.as_deref())?;
+    let tok_path = crate::models::resolve(args.tokenizer.as_deref())?;
     let tok_file = GgufFile::open(&tok_path).with_context(|| {
         format!(
             "{}: the tokenizer must come from a GGUF file",

@@ -102,7 +102,7 @@ fn converts_a_directory_and_quantizes_in_the_same_pass() {
 /// `tnn run` reads; a non-empty directory or a quantized type is refused in one line.
 #[test]
 fn converts_a_gguf_file_to_a_hugging_face_directory() {
-    let model = tinynn_format::model_cache::ensure_default_model().unwrap();
+    let model = tinynn_format::model_cache::require_default_model().unwrap();
     let tmp = tempfile::tempdir().unwrap();
     let out = tmp.path().join("smol-hf");
     let (ok, _, err) = run(&["convert".as_ref(), model.as_os_str(), out.as_os_str()]);

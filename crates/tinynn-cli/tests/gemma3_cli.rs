@@ -6,7 +6,7 @@
 mod common;
 
 use common::{run_measured, tnn};
-use tinynn_format::model_cache::{ensure_model, KnownModel};
+use tinynn_format::model_cache::{require_model, KnownModel};
 
 fn run(model: &std::path::Path, extra: &[&str]) -> String {
     let mut cmd = tnn();
@@ -35,7 +35,7 @@ fn held_out(stderr: &str) -> (f64, f64) {
 
 #[test]
 fn lora_finetune_lowers_held_out_loss_and_the_adapter_loads() {
-    let model = ensure_model(KnownModel::Gemma3).unwrap();
+    let model = require_model(KnownModel::Gemma3).unwrap();
     let out = tempfile::tempdir().unwrap();
     let mut cmd = tnn();
     cmd.args(["finetune", "-m"])

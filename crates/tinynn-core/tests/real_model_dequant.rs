@@ -3,7 +3,7 @@
 
 use tinynn_core::quant::dequantize_row;
 use tinynn_format::gguf::GgufFile;
-use tinynn_format::model_cache::ensure_default_model;
+use tinynn_format::model_cache::require_default_model;
 use tinynn_format::GgmlType;
 
 fn f16(b: &[u8]) -> f32 {
@@ -35,7 +35,7 @@ fn independent_q8_0(bytes: &[u8]) -> Vec<f32> {
 
 #[test]
 fn smollm2_tensors_dequantize_bit_exactly() {
-    let file = GgufFile::open(ensure_default_model().unwrap()).unwrap();
+    let file = GgufFile::open(require_default_model().unwrap()).unwrap();
     let names = [
         "blk.0.attn_q.weight",
         "blk.0.ffn_down.weight",

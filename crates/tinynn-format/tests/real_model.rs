@@ -1,13 +1,13 @@
 //! The real SmolLM2-135M-Instruct Q4_1 file: its facts, and a byte-exact write/read round trip.
 
 use tinynn_format::gguf::{Gguf, GgufFile, GgufWriter, Key};
-use tinynn_format::model_cache::ensure_default_model;
+use tinynn_format::model_cache::require_default_model;
 use tinynn_format::model_config::{Architecture, ModelConfig};
 use tinynn_format::GgmlType;
 
 #[test]
 fn smollm2_facts() {
-    let file = GgufFile::open(ensure_default_model().unwrap()).unwrap();
+    let file = GgufFile::open(require_default_model().unwrap()).unwrap();
     let g = file.gguf();
     assert_eq!(g.architecture(), Some("llama"));
     assert_eq!(g.tensors().len(), 272);
@@ -50,7 +50,7 @@ fn smollm2_facts() {
 
 #[test]
 fn smollm2_round_trip_is_exact() {
-    let file = GgufFile::open(ensure_default_model().unwrap()).unwrap();
+    let file = GgufFile::open(require_default_model().unwrap()).unwrap();
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("copy.gguf");
     GgufWriter::from_gguf(file.gguf(), file.bytes())

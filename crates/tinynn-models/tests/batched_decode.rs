@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use tinynn_cpu::ExecOptions;
-use tinynn_format::model_cache::ensure_default_model;
+use tinynn_format::model_cache::require_default_model;
 use tinynn_models::model::Model;
 use tinynn_models::session::{argmax, BatchToken, Session, SessionOptions};
 
@@ -21,7 +21,7 @@ const PROMPTS: [&str; 5] = [
 ];
 
 fn model() -> Arc<Model> {
-    Model::open(ensure_default_model().unwrap()).unwrap()
+    Model::open(require_default_model().unwrap()).unwrap()
 }
 
 fn exec(threads: usize) -> ExecOptions {

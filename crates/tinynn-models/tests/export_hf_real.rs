@@ -12,7 +12,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use tinynn_cpu::ExecOptions;
-use tinynn_format::model_cache::ensure_default_model;
+use tinynn_format::model_cache::require_default_model;
 use tinynn_format::GgmlType;
 use tinynn_models::convert::to_hf::{export_hf, ExportOptions};
 use tinynn_models::model::Model;
@@ -89,7 +89,7 @@ fn greedy_and_largest_difference(
 
 #[test]
 fn the_default_model_as_bf16_safetensors_keeps_its_perplexity() {
-    let gguf = Model::open(ensure_default_model().unwrap()).unwrap();
+    let gguf = Model::open(require_default_model().unwrap()).unwrap();
     let tmp = tempfile::tempdir().unwrap();
     let hf = export(&gguf, &tmp.path().join("bf16"), GgmlType::Bf16);
     let st = tinynn_format::safetensors::SafetensorsFile::open(
@@ -107,7 +107,7 @@ fn the_default_model_as_bf16_safetensors_keeps_its_perplexity() {
 
 #[test]
 fn the_default_model_as_f32_safetensors_gives_the_same_greedy_text_and_tokens() {
-    let gguf = Model::open(ensure_default_model().unwrap()).unwrap();
+    let gguf = Model::open(require_default_model().unwrap()).unwrap();
     let tmp = tempfile::tempdir().unwrap();
     let hf = export(&gguf, &tmp.path().join("f32"), GgmlType::F32);
     // The same values in GGUF layout: the default model dequantized to F32.
@@ -171,7 +171,7 @@ fn the_default_model_as_f32_safetensors_gives_the_same_greedy_text_and_tokens() 
 
 #[test]
 fn what_cannot_be_written_is_refused_and_nothing_is_overwritten() {
-    let gguf = Model::open(ensure_default_model().unwrap()).unwrap();
+    let gguf = Model::open(require_default_model().unwrap()).unwrap();
     let tmp = tempfile::tempdir().unwrap();
     std::fs::write(tmp.path().join("keep.txt"), "mine").unwrap();
     let opts = ExportOptions {

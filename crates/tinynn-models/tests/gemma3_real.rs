@@ -1,4 +1,4 @@
-//! The real Gemma 3 270M (base, GGUF Q4_K_M, fetched by `scripts/fetch-models.sh gemma3`)
+//! The real Gemma 3 270M (base, GGUF Q4_K_M, fetched by `tnn pull gemma3`)
 //! against llama.cpp 0c1e570 on the same file:
 //!
 //! - greedy decoding of `The capital of France is` gives llama.cpp's 48 tokens, except where
@@ -12,13 +12,13 @@
 use std::sync::Arc;
 
 use tinynn_cpu::ExecOptions;
-use tinynn_format::model_cache::{ensure_model, KnownModel};
+use tinynn_format::model_cache::{require_model, KnownModel};
 use tinynn_models::model::Model;
 use tinynn_models::perplexity::perplexity;
 use tinynn_models::session::{argmax, BatchToken, Session, SessionOptions};
 
 fn model() -> Arc<Model> {
-    Model::open(ensure_model(KnownModel::Gemma3).unwrap()).unwrap()
+    Model::open(require_model(KnownModel::Gemma3).unwrap()).unwrap()
 }
 
 fn exec() -> ExecOptions {
@@ -166,7 +166,7 @@ fn sequences_decoded_together_match_alone() {
 fn quantize_rules_reproduce_llama_quantizes_types() {
     use tinynn_format::gguf::GgufFile;
     use tinynn_models::quantize::{plan, Options, Target};
-    let file = GgufFile::open(ensure_model(KnownModel::Gemma3).unwrap()).unwrap();
+    let file = GgufFile::open(require_model(KnownModel::Gemma3).unwrap()).unwrap();
     let opts = Options {
         target: Target::parse("Q4_K_M").unwrap(),
         allow_requantize: true,

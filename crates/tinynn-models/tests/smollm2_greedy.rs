@@ -6,7 +6,7 @@
 //! every other step exactly, feeding llama.cpp's token at step 14 so the rest stays comparable.
 
 use tinynn_cpu::ExecOptions;
-use tinynn_format::model_cache::ensure_default_model;
+use tinynn_format::model_cache::require_default_model;
 use tinynn_models::model::Model;
 use tinynn_models::session::{argmax, Session};
 
@@ -21,7 +21,7 @@ const CLOSE_STEP: usize = 14;
 
 #[test]
 fn greedy_continuation_matches_llama_cpp() {
-    let model = Model::open(ensure_default_model().unwrap()).unwrap();
+    let model = Model::open(require_default_model().unwrap()).unwrap();
     let vocab = model.vocab().unwrap();
     let opts = ExecOptions {
         threads: 2,
@@ -61,7 +61,7 @@ fn greedy_continuation_matches_llama_cpp() {
 
 #[test]
 fn session_errors_are_clear() {
-    let model = Model::open(ensure_default_model().unwrap()).unwrap();
+    let model = Model::open(require_default_model().unwrap()).unwrap();
     let mut s = Session::new(model.clone(), 2, ExecOptions::default()).unwrap();
     assert_eq!(s.n_ctx(), 2);
     let err = s.eval(49152).err().unwrap().to_string();
@@ -78,7 +78,7 @@ fn session_errors_are_clear() {
 
 #[test]
 fn batched_prefill_equals_token_by_token() {
-    let model = Model::open(ensure_default_model().unwrap()).unwrap();
+    let model = Model::open(require_default_model().unwrap()).unwrap();
     let opts = ExecOptions {
         threads: 2,
         ..ExecOptions::default()
@@ -140,7 +140,7 @@ fn strict_top10_logits_match_transformers() {
         (3692, 12.5837),
         (3575, 12.1223),
     ];
-    let model = Model::open(ensure_default_model().unwrap()).unwrap();
+    let model = Model::open(require_default_model().unwrap()).unwrap();
     let opts = ExecOptions {
         strict: true,
         ..ExecOptions::default()

@@ -2,12 +2,12 @@
 //! special tokens, and exact round trips.
 
 use tinynn_format::gguf::GgufFile;
-use tinynn_format::model_cache::ensure_default_model;
+use tinynn_format::model_cache::require_default_model;
 use tinynn_models::tokenizer::{StreamDecoder, Tokenizer};
 use tinynn_models::vocab::Vocab;
 
 fn tokenizer() -> (GgufFile, Tokenizer) {
-    let file = GgufFile::open(ensure_default_model().unwrap()).unwrap();
+    let file = GgufFile::open(require_default_model().unwrap()).unwrap();
     let tok = Tokenizer::from_gguf(file.gguf()).unwrap();
     (file, tok)
 }

@@ -179,8 +179,8 @@ fn sentencepiece_tokenizer_json_converts_back_to_the_same_ids() {
     round_trip(&tok, &metaspace, &texts, "Metaspace");
 
     // Gemma 3 (262k pieces, no ▁ in front, control and user-defined tokens).
-    use tinynn_format::model_cache::{ensure_model, KnownModel};
-    let path = ensure_model(KnownModel::Gemma3).unwrap();
+    use tinynn_format::model_cache::{require_model, KnownModel};
+    let path = require_model(KnownModel::Gemma3).unwrap();
     let gemma = GgufFile::open(path).unwrap();
     let tok = Tokenizer::from_gguf(gemma.gguf()).unwrap();
     let mut texts = texts.to_vec();

@@ -3,12 +3,12 @@
 //! as an index error); the rest of the model (inspect) still opens.
 
 use tinynn_format::gguf::{Array, Gguf, GgufString, GgufWriter, Value};
-use tinynn_format::model_cache::ensure_default_model;
+use tinynn_format::model_cache::require_default_model;
 use tinynn_models::model::Model;
 
 #[test]
 fn more_tokens_than_embedding_rows_is_a_clear_error() {
-    let path = ensure_default_model().unwrap();
+    let path = require_default_model().unwrap();
     let model = Model::open(&path).unwrap();
     assert!(
         model.tokenizer().is_ok(),

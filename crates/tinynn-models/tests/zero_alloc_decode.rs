@@ -9,13 +9,13 @@ mod counting_alloc;
 use std::sync::atomic::Ordering;
 
 use tinynn_cpu::ExecOptions;
-use tinynn_format::model_cache::ensure_default_model;
+use tinynn_format::model_cache::require_default_model;
 use tinynn_models::model::Model;
 use tinynn_models::session::{BatchToken, Session, SessionOptions};
 
 #[test]
 fn decode_steps_allocate_nothing() {
-    let model = Model::open(ensure_default_model().unwrap()).unwrap();
+    let model = Model::open(require_default_model().unwrap()).unwrap();
     let exec = ExecOptions {
         threads: 2,
         adaptive_threads: false,

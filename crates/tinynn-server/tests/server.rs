@@ -22,7 +22,7 @@ fn exec() -> ExecOptions {
 }
 
 fn server(slots: usize, ctx: usize, queue: usize, api_key: Option<&str>) -> RunningServer {
-    let model = tinynn_format::model_cache::ensure_default_model().expect("default model");
+    let model = tinynn_format::model_cache::require_default_model().expect("default model");
     let s = spawn(ServerConfig {
         model,
         port: 0,
@@ -142,7 +142,7 @@ fn metric(addr: SocketAddr, name: &str) -> f64 {
 fn serves_openai_shapes_with_the_librarys_text() {
     let srv = server(4, 2048, 16, None);
     let addr = srv.addr();
-    let model = Model::open(tinynn_format::model_cache::ensure_default_model().unwrap()).unwrap();
+    let model = Model::open(tinynn_format::model_cache::require_default_model().unwrap()).unwrap();
 
     let (status, _, health) = http(addr, "GET", "/health", b"", &[]);
     assert_eq!((status, health.as_str()), (200, r#"{"status":"ok"}"#));
@@ -557,8 +557,8 @@ fn a_model_that_fails_to_load_is_reported_by_health() {
 /// a text depends on what shares its steps, as in llama.cpp.)
 #[test]
 fn gemma3_clients_get_the_librarys_text() {
-    use tinynn_format::model_cache::{ensure_model, KnownModel};
-    let path = ensure_model(KnownModel::Gemma3).unwrap();
+    use tinynn_format::model_cache::{require_model, KnownModel};
+    let path = require_model(KnownModel::Gemma3).unwrap();
     let srv = spawn(ServerConfig {
         model: path.clone(),
         port: 0,

@@ -318,7 +318,8 @@ fn smollm2_chatml_assistant_spans() {
     use tinynn_format::gguf::GgufFile;
     use tinynn_models::tokenizer::Tokenizer;
     use tinynn_models::vocab::Vocab;
-    let file = GgufFile::open(tinynn_format::model_cache::ensure_default_model().unwrap()).unwrap();
+    let file =
+        GgufFile::open(tinynn_format::model_cache::require_default_model().unwrap()).unwrap();
     let tok = Tokenizer::from_gguf(file.gguf()).unwrap();
     let vocab = Vocab::from_gguf(file.gguf()).unwrap();
     let text =

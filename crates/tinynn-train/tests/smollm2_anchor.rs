@@ -25,7 +25,7 @@ use std::collections::HashMap;
 use std::time::Instant;
 
 use tinynn_format::gguf::GgufFile;
-use tinynn_format::model_cache::ensure_default_model;
+use tinynn_format::model_cache::require_default_model;
 use tinynn_models::tokenizer::Tokenizer;
 use tinynn_train::{Optimizer, TrainConfig, Trainer};
 
@@ -83,7 +83,7 @@ fn time_by_op(trace: &str) -> Vec<(String, f64)> {
 #[test]
 #[ignore = "minutes: SmolLM2-135M full fine-tuning; run with --ignored"]
 fn smollm2_full_finetune_matches_pytorch() {
-    let path = ensure_default_model().expect("SmolLM2 model (scripts/fetch-models.sh)");
+    let path = require_default_model().expect("SmolLM2 model (`tnn pull smollm2`)");
     let file = GgufFile::open(&path).unwrap();
     let tok = Tokenizer::from_gguf(file.gguf()).unwrap();
     let text = std::fs::read_to_string("/usr/share/common-licenses/GPL-3").unwrap();

@@ -9,8 +9,8 @@ pub use tinynn_models::inspect::Report;
 
 #[derive(Args)]
 pub struct InspectArgs {
-    /// A .gguf file, a .safetensors file or a Hugging Face model directory
-    /// (default: SmolLM2-135M-Instruct Q4_1 from the cache, fetched if missing).
+    /// A .gguf file, a .safetensors file, a Hugging Face model directory or a model name:
+    /// smollm2, gemma3 (default: smollm2, fetched into the cache if missing).
     pub path: Option<PathBuf>,
     /// Print one JSON object instead of tables.
     #[arg(long)]
@@ -21,7 +21,7 @@ pub struct InspectArgs {
 }
 
 pub fn run(args: &InspectArgs) -> Result<()> {
-    let path = tinynn_format::model_cache::model_or_default(args.path.as_deref())?;
+    let path = crate::models::resolve(args.path.as_deref())?;
     let mut report = Report::build(&path)?;
     if args.no_tensors {
         report.tensors.clear();

@@ -1,0 +1,144 @@
+//! The model cache from the command line: `tnn list`, `tnn pull NAME`, `tnn rm NAME`, and
+//! `-m NAME` (a known model's name, or a file in the cache) wherever `-m PATH` is taken.
+
+pub mod fetch;
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Context, Result};
+use clap::Args;
+use tinynn_format::model_cache::{self, KnownModel};
+
+/// The model file `arg` names: an existing path as it is; otherwise a known model's name (fetched
+/// into the cache when missing) or the name of a file in the cache. `None` is the default model.
+pub fn resolve(arg: Option<&Path>) -> Result<PathBuf> {
+    let Some(arg) = arg else {
+        return fetch::ensure(KnownModel::SmolLm2);
+    };
+    if arg.exists() {
+        return Ok(arg.to_path_buf());
+    }
+    let Some(name) = arg.to_str() else {
+        return Ok(arg.to_path_buf());
+    };
+    if let Some(m) = KnownModel::from_name(name) {
+        return fetch::ensure(m);
+    }
+    if let Some(p) = model_cache::find_cached(name)? {
+        return Ok(p);
+    }
+    if name.contains(['/', '\\']) || name.ends_with(".gguf") {
+        bail!("{name}: no such file");
+    }
+    bail!(
+        "'{name}' is neither a file nor a model name (known models: {}; `tnn list` shows the \
+         cache)",
+        KnownModel::names()
+    )
+}
+
+#[derive(Args)]
+pub struct ListArgs {}
+
+#[derive(Args)]
+pub struct PullArgs {
+    /// Models to fetch: smollm2 (the default), gemma3.
+    #[arg(default_value = "smollm2")]
+    pub names: Vec<String>,
+    /// Fetch again even when a cached copy checks out.
+    #[arg(long)]
+    pub force: bool,
+}
+
+#[derive(Args)]
+pub struct RmArgs {
+    /// Models to remove from the cache: a known model's name or a cached file's name.
+    #[arg(required = true)]
+    pub names: Vec<String>,
+}
+
+/// `tnn list`: the known models (cached or not) and any other file in the cache.
+pub fn list(_: &ListArgs) -> Result<()> {
+    let dir = model_cache::models_dir()?;
+    let files = model_cache::cached_files()?;
+    println!("{:<10} {:>10}  {:<8} FILE", "NAME", "SIZE", "STATUS");
+    for m in KnownModel::ALL {
+        let e = m.entry();
+        let cached = files.iter().find(|f| f.known == Some(m));
+        let status = match cached {
+            Some(f) if f.size == e.size => "cached",
+            Some(_) => "damaged",
+            None => "-",
+        };
+        println!(
+            "{:<10} {:>10}  {:<8} {}  ({})",
+            e.name,
+            fetch::human_size(e.size),
+            status,
+            e.file_name,
+            e.description
+        );
+    }
+    for f in files.iter().filter(|f| f.known.is_none()) {
+        let name = f.path.file_name().unwrap_or_default().to_string_lossy();
+        println!(
+            "{:<10} {:>10}  {:<8} {}",
+            "-",
+            fetch::human_size(f.size),
+            "cached",
+            name
+        );
+    }
+    println!("cache: {}", dir.display());
+    Ok(())
+}
+
+/// `tnn pull NAME...`: fetch each (or check its cached copy); prints each file's path.
+pub fn pull(args: &PullArgs) -> Result<()> {
+    let models = args
+        .names
+        .iter()
+        .map(|n| known(n))
+        .collect::<Result<Vec<_>>>()?;
+    for m in models {
+        let how = fetch::pull(m, args.force).with_context(|| format!("fetching {}", m.name()))?;
+        if how == fetch::Pulled::AlreadyCached {
+            eprintln!("tinynn: {} is cached and intact", m.name());
+        }
+        println!("{}", model_cache::model_path(m)?.display());
+    }
+    Ok(())
+}
+
+/// `tnn rm NAME...`: delete cached files (all names are checked before anything is deleted).
+pub fn rm(args: &RmArgs) -> Result<()> {
+    let mut paths = Vec::new();
+    for name in &args.names {
+        match model_cache::find_cached(name)? {
+            Some(p) => paths.push(p),
+            None if KnownModel::from_name(name).is_some() => {
+                bail!("{name} is not in the model cache (nothing was removed)")
+            }
+            None => bail!(
+                "no cached model named '{name}' (known models: {}; `tnn list` shows the cache; \
+                 nothing was removed)",
+                KnownModel::names()
+            ),
+        }
+    }
+    for p in paths {
+        std::fs::remove_file(&p).with_context(|| format!("removing {}", p.display()))?;
+        eprintln!("tinynn: removed {}", p.display());
+    }
+    Ok(())
+}
+
+fn known(name: &str) -> Result<KnownModel> {
+    KnownModel::from_name(name).with_context(|| {
+        format!(
+            "unknown model '{name}': `tnn pull` knows {} (a file of your own needs no pull: pass \
+             its path with -m)",
+            KnownModel::names()
+        )
+    })
+}
