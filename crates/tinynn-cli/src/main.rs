@@ -2,6 +2,7 @@
 
 mod bench;
 mod chat;
+mod chat_input;
 mod chat_template_args;
 mod convert;
 mod finetune;
