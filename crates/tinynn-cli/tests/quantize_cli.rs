@@ -390,3 +390,48 @@ fn q8_0_of_the_real_model_runs_and_inspects() {
     assert_eq!(inspect.code, Some(0), "{}", inspect.stderr);
     assert!(inspect.stdout.contains("Q8_0"), "{}", inspect.stdout);
 }
+
+/// The 2- and 3-bit K mixes from the command line: `Q3_K` is read as `Q3_K_M` (as
+/// llama-quantize reads it), and each mix gives the default model's tensors the types
+/// llama-quantize gives them (its choices are in the models crate's fixture).
+#[test]
+fn low_bit_k_mixes_match_llama_quantize() {
+    let fx: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("../tinynn-models/tests/fixtures/llama-quantize-types.json"),
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    for (arg, file_type) in [
+        ("Q2_K", "Q2_K"),
+        ("q3_k_s", "Q3_K_S"),
+        ("Q3_K", "Q3_K_M"),
+        ("Q3_K_L", "Q3_K_L"),
+    ] {
+        let out_path = dir.path().join(format!("{arg}.gguf"));
+        let out = run_measured(
+            tnn()
+                .arg("quantize")
+                .arg("smollm2")
+                .arg(&out_path)
+                .args([arg, "--allow-requantize", "-t", "2"]),
+        );
+        assert_eq!(out.code, Some(0), "{arg}: {}", out.stderr);
+        let q = GgufFile::open(&out_path).unwrap();
+        let id = q.gguf().get_raw("general.file_type").and_then(Value::as_u64);
+        assert_eq!(id.and_then(file_type_name), Some(file_type), "{arg}");
+        let want = &fx["smollm2"][file_type];
+        for t in q.tensors() {
+            assert_eq!(
+                Some(t.ggml_type().name()),
+                want[t.name()]["type"].as_str(),
+                "{arg} {}",
+                t.name()
+            );
+        }
+        std::fs::remove_file(&out_path).unwrap();
+    }
+}

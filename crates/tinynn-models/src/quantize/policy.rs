@@ -10,8 +10,11 @@
 //!   tensor (tied embeddings), gets Q6_K (Q8_0 if the row length is not a whole number of the
 //!   target's blocks; Q8_0 stays Q8_0). Q4_K_M / Q5_K_M give Q6_K to the attn_v and ffn_down
 //!   tensors of the layers [`use_more_bits`] picks; Q4_K_S gives Q5_K to the first four attn_v
-//!   and the first eighth of the ffn_down tensors; 70B-class models get Q5_K for the remaining
-//!   Q4_K attn_v.
+//!   and the first eighth of the ffn_down tensors; Q2_K gives attn_v Q3_K (Q4_K when four or
+//!   more query heads share a KV head) and ffn_down / attn_output Q3_K; Q3_K_M gives attn_v Q5_K
+//!   (first two) or Q4_K, ffn_down Q5_K (first sixteenth) or Q4_K, attn_output Q4_K; Q3_K_L gives
+//!   all three Q5_K; Q3_K_S keeps Q3_K. 70B-class models get Q5_K for the remaining Q3_K/Q4_K
+//!   attn_v.
 //! - A K type (256-element blocks) on a row length that is not a multiple of 256 falls back:
 //!   Q4_K → Q5_0, Q5_K → Q5_1, Q6_K → Q8_0, Q2_K/Q3_K → Q4_0; a row that does not even fit
 //!   32-element blocks gets F16. Each fallback is reported.
@@ -59,6 +62,11 @@ pub struct QuantRules {
 }
 
 impl ModelShape {
+    /// Query heads per KV head (llama.cpp's `n_gqa()`; 0 when the file gives no KV heads).
+    fn n_gqa(&self) -> u64 {
+        self.n_head.checked_div(self.n_head_kv).unwrap_or(0)
+    }
+
     /// llama.cpp's `LLM_TYPE_70B` as its quantizer infers it, by the architecture's rules.
     fn is_70b(&self) -> bool {
         let rules = crate::arch::by_name(&self.arch).and_then(|a| a.quantize);
@@ -91,6 +99,7 @@ enum Category {
     Output,
     TokenEmbd,
     AttnV,
+    AttnOutput,
     FfnDown,
     Other,
 }
@@ -106,6 +115,8 @@ fn category(name: &str) -> Category {
     {
         // Fused QKV and MLA's kv_b carry the values, so they count as attn_v.
         Category::AttnV
+    } else if name.contains("attn_output.weight") {
+        Category::AttnOutput
     } else if name.contains("ffn_down") {
         Category::FfnDown
     } else {
@@ -197,11 +208,16 @@ pub fn choose_types(model: &ModelShape, target: Target, tensors: &[TensorDesc]) 
                 Category::AttnV => {
                     let more = use_more_bits(i_attn_v, n_attn_v);
                     match target {
+                        Target::Q2K if model.n_gqa() >= 4 => ty = GgmlType::Q4K,
+                        Target::Q2K => ty = GgmlType::Q3K,
+                        Target::Q3KM if i_attn_v < 2 => ty = GgmlType::Q5K,
+                        Target::Q3KM => ty = GgmlType::Q4K,
+                        Target::Q3KL => ty = GgmlType::Q5K,
                         Target::Q4KM | Target::Q5KM if more => ty = GgmlType::Q6K,
                         Target::Q4KS if i_attn_v < 4 => ty = GgmlType::Q5K,
                         _ => {}
                     }
-                    if model.is_70b() && ty == GgmlType::Q4K {
+                    if model.is_70b() && matches!(ty, GgmlType::Q3K | GgmlType::Q4K) {
                         ty = GgmlType::Q5K;
                     }
                     i_attn_v += 1;
@@ -209,12 +225,22 @@ pub fn choose_types(model: &ModelShape, target: Target, tensors: &[TensorDesc]) 
                 Category::FfnDown => {
                     let (i, n) = (i_ffn_down, model.n_layer);
                     match target {
+                        Target::Q2K => ty = GgmlType::Q3K,
+                        Target::Q3KM if i < n / 16 => ty = GgmlType::Q5K,
+                        Target::Q3KM => ty = GgmlType::Q4K,
+                        Target::Q3KL => ty = GgmlType::Q5K,
                         Target::Q4KM | Target::Q5KM if use_more_bits(i, n) => ty = GgmlType::Q6K,
                         Target::Q4KS if i < n / 8 => ty = GgmlType::Q5K,
                         _ => {}
                     }
                     i_ffn_down += 1;
                 }
+                Category::AttnOutput => match target {
+                    Target::Q2K => ty = GgmlType::Q3K,
+                    Target::Q3KM => ty = GgmlType::Q4K,
+                    Target::Q3KL => ty = GgmlType::Q5K,
+                    _ => {}
+                },
                 _ => {}
             }
             with_fallback(ty, row_len)

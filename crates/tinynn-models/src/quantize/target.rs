@@ -25,11 +25,19 @@ pub enum Target {
     Q4KM,
     /// Q5_K with Q6_K for half of attn_v and ffn_down (llama.cpp's Q5_K_M).
     Q5KM,
+    /// Q2_K with Q3_K (or Q4_K) attn_v and Q3_K ffn_down / attn_output (llama.cpp's Q2_K).
+    Q2K,
+    /// Q3_K throughout (llama.cpp's Q3_K_S).
+    Q3KS,
+    /// Q3_K with Q4_K/Q5_K attn_v, Q4_K/Q5_K ffn_down, Q4_K attn_output (llama.cpp's Q3_K_M).
+    Q3KM,
+    /// Q3_K with Q5_K attn_v, ffn_down and attn_output (llama.cpp's Q3_K_L).
+    Q3KL,
 }
 
 impl Target {
     /// Every target, in the order `tnn quantize --help` lists them.
-    pub const ALL: [Target; 13] = [
+    pub const ALL: [Target; 17] = [
         Target::F32,
         Target::F16,
         Target::Bf16,
@@ -43,9 +51,13 @@ impl Target {
         Target::Q6K,
         Target::Q4KM,
         Target::Q5KM,
+        Target::Q2K,
+        Target::Q3KS,
+        Target::Q3KM,
+        Target::Q3KL,
     ];
 
-    /// The name users type (`Q4_K` is accepted for `Q4_K_M` and `Q5_K` for `Q5_K_M`, see
+    /// The name users type (`Q3_K`, `Q4_K` and `Q5_K` are accepted for the `_M` mixes, see
     /// [`Target::parse`]).
     pub fn name(self) -> &'static str {
         match self {
@@ -62,14 +74,20 @@ impl Target {
             Target::Q6K => "Q6_K",
             Target::Q4KM => "Q4_K_M",
             Target::Q5KM => "Q5_K_M",
+            Target::Q2K => "Q2_K",
+            Target::Q3KS => "Q3_K_S",
+            Target::Q3KM => "Q3_K_M",
+            Target::Q3KL => "Q3_K_L",
         }
     }
 
     /// Parses a target name, case-insensitively. The plain K names are aliases of the `_M`
-    /// mixes, as `llama-quantize` reads them: `Q4_K` is `Q4_K_M` and `Q5_K` is `Q5_K_M`.
+    /// mixes, as `llama-quantize` reads them: `Q3_K` is `Q3_K_M`, `Q4_K` is `Q4_K_M` and `Q5_K`
+    /// is `Q5_K_M`.
     pub fn parse(name: &str) -> Option<Target> {
         let upper = name.to_ascii_uppercase();
         match upper.as_str() {
+            "Q3_K" => return Some(Target::Q3KM),
             "Q4_K" => return Some(Target::Q4KM),
             "Q5_K" => return Some(Target::Q5KM),
             _ => {}
@@ -80,7 +98,7 @@ impl Target {
     /// The valid names, for error messages.
     pub fn names() -> String {
         let mut v: Vec<&str> = Target::ALL.iter().map(|t| t.name()).collect();
-        v.extend(["Q4_K", "Q5_K"]);
+        v.extend(["Q3_K", "Q4_K", "Q5_K"]);
         v.join(", ")
     }
 
@@ -92,6 +110,10 @@ impl Target {
             Target::Q4_0 => 2,
             Target::Q4_1 => 3,
             Target::Q8_0 => 7,
+            Target::Q2K => 10,
+            Target::Q3KS => 11,
+            Target::Q3KM => 12,
+            Target::Q3KL => 13,
             Target::Q5_0 => 8,
             Target::Q5_1 => 9,
             Target::Q4KS => 14,
@@ -117,6 +139,8 @@ impl Target {
             Target::Q4KS | Target::Q4KM => GgmlType::Q4K,
             Target::Q5KS | Target::Q5KM => GgmlType::Q5K,
             Target::Q6K => GgmlType::Q6K,
+            Target::Q2K => GgmlType::Q2K,
+            Target::Q3KS | Target::Q3KM | Target::Q3KL => GgmlType::Q3K,
         }
     }
 }
@@ -142,7 +166,9 @@ mod tests {
         }
         assert_eq!(Target::parse("q4_k"), Some(Target::Q4KM));
         assert_eq!(Target::parse("Q5_K"), Some(Target::Q5KM));
-        assert_eq!(Target::parse("Q3_K_M"), None);
+        assert_eq!(Target::parse("Q3_K"), Some(Target::Q3KM));
+        assert_eq!(Target::parse("q3_k_l"), Some(Target::Q3KL));
+        assert_eq!(Target::parse("Q2_K_S"), None);
         assert_eq!(Target::parse("Q8_1"), None);
     }
 }
