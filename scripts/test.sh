@@ -13,6 +13,9 @@ cargo fmt --manifest-path fuzz/Cargo.toml -- --check
 echo "== cargo clippy -D warnings"
 cargo clippy --workspace --all-targets -- -D warnings
 
+echo "== crate manifests (description, license, readme, keywords, categories)"
+python3 scripts/check-manifests.py
+
 echo "== fuzz targets compile"
 cargo check --quiet --manifest-path fuzz/Cargo.toml --bins
 

@@ -44,7 +44,18 @@ impl ModelArgs {
     /// Opens the model `-m` names (or the default one).
     pub fn open(&self) -> Result<Arc<Model>> {
         let path = self.path()?;
-        Model::open(&path).with_context(|| format!("loading {}", path.display()))
+        let t0 = std::time::Instant::now();
+        let model = Model::open(&path).with_context(|| format!("loading {}", path.display()))?;
+        // Parsing the file and building the tokenizer; the tokenizer is needed by every
+        // command that opens a model this way.
+        model.tokenizer()?;
+        eprintln!(
+            "tinynn: loaded {} ({}) in {:.2} s",
+            path.display(),
+            crate::models::fetch::human_size(file_size(&path)),
+            t0.elapsed().as_secs_f64()
+        );
+        Ok(model)
     }
 
     /// A one-sequence session over `model` with these flags, the adapters given, and
@@ -65,11 +76,45 @@ impl ModelArgs {
             lora,
             ..SessionOptions::default()
         };
-        Session::with_options(model, opts).with_context(|| format!("loading {path}"))
+        let t0 = std::time::Instant::now();
+        let before = model.packed_bytes();
+        let session = Session::with_options(model.clone(), opts)
+            .with_context(|| format!("loading {path}"))?;
+        note_repacked(&model, before, t0);
+        Ok(session)
     }
 
     pub fn exec_options(&self) -> ExecOptions {
         exec_options(self.threads, self.strict, self.no_repack)
+    }
+}
+
+/// Bytes of a model file, or of all files in a model directory.
+pub fn file_size(path: &std::path::Path) -> u64 {
+    match std::fs::metadata(path) {
+        Ok(m) if m.is_dir() => std::fs::read_dir(path)
+            .map(|d| {
+                d.filter_map(|e| e.ok()?.metadata().ok())
+                    .filter(|m| m.is_file())
+                    .map(|m| m.len())
+                    .sum()
+            })
+            .unwrap_or(0),
+        Ok(m) => m.len(),
+        Err(_) => 0,
+    }
+}
+
+/// Says on stderr how long the session took to build when it repacked weights (the model's
+/// packed bytes grew from `before`); building a session is quick otherwise.
+pub fn note_repacked(model: &Model, before: usize, t0: std::time::Instant) {
+    let packed = model.packed_bytes().saturating_sub(before);
+    if packed > 0 {
+        eprintln!(
+            "tinynn: weights repacked for the matrix kernels ({}) in {:.2} s",
+            crate::models::fetch::human_size(packed as u64),
+            t0.elapsed().as_secs_f64()
+        );
     }
 }
 

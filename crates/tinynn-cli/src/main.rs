@@ -67,6 +67,11 @@ enum Command {
     Pull(models::PullArgs),
     /// Remove models from the cache.
     Rm(models::RmArgs),
+    /// Print a shell completion script: `tnn completions bash > ~/.local/share/bash-completion/completions/tnn`.
+    Completions {
+        /// bash, zsh, fish, elvish or powershell.
+        shell: clap_complete::Shell,
+    },
 }
 
 /// llama.cpp spells some flags with one dash and several letters (`-sys`); clap takes those as
@@ -110,6 +115,11 @@ fn main() -> ExitCode {
         Command::List(args) => models::list(&args),
         Command::Pull(args) => models::pull(&args),
         Command::Rm(args) => models::rm(&args),
+        Command::Completions { shell } => {
+            use clap::CommandFactory;
+            clap_complete::generate(shell, &mut Cli::command(), "tnn", &mut std::io::stdout());
+            Ok(())
+        }
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -40,17 +40,35 @@ pub fn run(args: &PerplexityArgs) -> Result<()> {
     let path = crate::models::resolve(args.model.as_deref())?;
     let text = std::fs::read_to_string(&args.file)
         .with_context(|| format!("reading {}", args.file.display()))?;
+    let t0 = Instant::now();
     let model = Model::open(&path)?;
     let tokenizer = model.tokenizer()?;
+    eprintln!(
+        "tinynn: loaded {} ({}) in {:.2} s; tokenizing {} ({})",
+        path.display(),
+        crate::models::fetch::human_size(crate::generate::file_size(&path)),
+        t0.elapsed().as_secs_f64(),
+        args.file.display(),
+        crate::models::fetch::human_size(text.len() as u64)
+    );
+    let t0 = Instant::now();
     let tokens = tokenizer.encode(&text, true)?;
+    eprintln!(
+        "tinynn: {} tokens in {:.2} s",
+        tokens.len(),
+        t0.elapsed().as_secs_f64()
+    );
     let so = SessionOptions {
         n_ctx: args.ctx,
         exec: crate::generate::exec_options(args.threads, args.strict, args.no_repack),
         all_logits: true,
         ..SessionOptions::default()
     };
+    let t0 = Instant::now();
+    let before = model.packed_bytes();
     let mut session = Session::with_options(model.clone(), so)
         .with_context(|| format!("loading {}", path.display()))?;
+    crate::generate::note_repacked(&model, before, t0);
     let n_chunks = (tokens.len() / session.n_ctx()).min(args.chunks.unwrap_or(usize::MAX));
     eprintln!(
         "tnn perplexity: {} tokens, {n_chunks} windows of {}",

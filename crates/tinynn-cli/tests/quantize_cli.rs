@@ -412,16 +412,18 @@ fn low_bit_k_mixes_match_llama_quantize() {
         ("Q3_K_L", "Q3_K_L"),
     ] {
         let out_path = dir.path().join(format!("{arg}.gguf"));
-        let out = run_measured(
-            tnn()
-                .arg("quantize")
-                .arg("smollm2")
-                .arg(&out_path)
-                .args([arg, "--allow-requantize", "-t", "2"]),
-        );
+        let out = run_measured(tnn().arg("quantize").arg("smollm2").arg(&out_path).args([
+            arg,
+            "--allow-requantize",
+            "-t",
+            "2",
+        ]));
         assert_eq!(out.code, Some(0), "{arg}: {}", out.stderr);
         let q = GgufFile::open(&out_path).unwrap();
-        let id = q.gguf().get_raw("general.file_type").and_then(Value::as_u64);
+        let id = q
+            .gguf()
+            .get_raw("general.file_type")
+            .and_then(Value::as_u64);
         assert_eq!(id.and_then(file_type_name), Some(file_type), "{arg}");
         let want = &fx["smollm2"][file_type];
         for t in q.tensors() {

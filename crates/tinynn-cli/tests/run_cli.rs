@@ -84,12 +84,17 @@ fn prompt_longer_than_context_is_an_error() {
             ])
             .arg(real_model()),
     );
-    let err = out.stderr.trim_end();
-    assert_eq!(out.code, Some(1), "{err}");
+    // The error is one line, the last on stderr; before it only `tinynn:` notes (loading).
+    let lines: Vec<&str> = out.stderr.trim_end().lines().collect();
+    assert_eq!(out.code, Some(1), "{}", out.stderr);
+    let (err, notes) = lines.split_last().unwrap();
     assert!(
-        err.starts_with("error: ")
-            && !err.contains('\n')
-            && err.contains("does not fit the context of 8"),
+        notes.iter().all(|l| l.starts_with("tinynn: ")),
+        "{}",
+        out.stderr
+    );
+    assert!(
+        err.starts_with("error: ") && err.contains("does not fit the context of 8"),
         "{err}"
     );
 }
@@ -520,8 +525,12 @@ fn chat_templates_by_name_inline_or_file() {
     }
     let (code, _, err) = run(&["--chat-template", "no-such-template"]);
     assert_eq!(code, Some(1));
+    let lines: Vec<&str> = err.trim().lines().collect();
     assert!(
-        err.contains("chatml, llama3, gemma, phi3") && err.trim().lines().count() == 1,
+        lines
+            .last()
+            .is_some_and(|l| l.contains("chatml, llama3, gemma, phi3"))
+            && lines.iter().filter(|l| !l.starts_with("tinynn: ")).count() == 1,
         "{err}"
     );
 }
@@ -575,4 +584,61 @@ fn bench_thread_lists_batches_and_llama_bench_keys() {
     assert_eq!(rows[0]["n_batch"], 8);
     let out = run_measured(tnn().args(["bench", "-c", "512", "-m"]).arg(real_model()));
     assert_eq!(out.code, Some(1), "{}", out.stderr);
+}
+
+/// Long work says what it did: loading (file, size, time), repacking the weights (when it
+/// happens), tokenizing a perplexity file.
+#[test]
+fn loading_repacking_and_tokenizing_are_reported() {
+    let model = real_model();
+    let has = |err: &str, start: &str, end: &str| {
+        err.lines()
+            .any(|l| l.starts_with(start) && l.ends_with(end))
+    };
+    for (extra, repacked) in [(&[][..], true), (&["--no-repack"][..], false)] {
+        let out = run_measured(
+            tnn()
+                .args(["run", "-p", "Hi", "-n", "2", "--temp", "0", "-t", "1", "-m"])
+                .arg(&model)
+                .args(extra),
+        );
+        assert_eq!(out.code, Some(0), "{}", out.stderr);
+        let loaded = format!("tinynn: loaded {} (93.8 MiB) in ", model.display());
+        assert!(has(&out.stderr, &loaded, " s"), "{}", out.stderr);
+        assert_eq!(
+            has(
+                &out.stderr,
+                "tinynn: weights repacked for the matrix kernels (",
+                " s"
+            ),
+            repacked,
+            "{extra:?}: {}",
+            out.stderr
+        );
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let text = dir.path().join("t.txt");
+    std::fs::write(
+        &text,
+        "The quick brown fox jumps over the lazy dog. ".repeat(40),
+    )
+    .unwrap();
+    let out = run_measured(
+        tnn()
+            .args(["perplexity", "-c", "128", "-t", "1", "-f"])
+            .arg(&text)
+            .arg("-m")
+            .arg(&model),
+    );
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    assert!(
+        has(&out.stderr, "tinynn: loaded ", "(1.8 KiB)"),
+        "{}",
+        out.stderr
+    );
+    assert!(
+        has(&out.stderr, "tinynn: 401 tokens in ", " s"),
+        "{}",
+        out.stderr
+    );
 }
