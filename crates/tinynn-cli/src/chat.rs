@@ -189,7 +189,6 @@ fn save(file: &str, messages: &[Message]) -> Result<()> {
     let text = serde_json::to_string_pretty(&json)? + "\n";
     let path = std::path::Path::new(file);
     tinynn_format::atomic_file::write_atomic(path, |w, tmp| {
-        use std::io::Write;
         w.write_all(text.as_bytes())
             .map_err(|e| tinynn_format::Error::io(tmp, e))
     })

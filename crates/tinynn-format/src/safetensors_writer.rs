@@ -2,7 +2,6 @@
 //! each tensor's bytes as the caller produces them, so a model is never held whole in memory.
 //! The file appears only when complete ([`crate::atomic_file`]).
 
-use std::io::Write;
 use std::path::Path;
 
 use crate::error::{Error, Result};

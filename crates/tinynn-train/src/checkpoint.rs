@@ -17,9 +17,9 @@ use std::path::{Path, PathBuf};
 use tinynn_format::gguf::{Array, GgufFile, GgufString, GgufWriter, Value};
 use tinynn_format::GgmlType;
 
-use crate::atomic::{sync_dir, write_atomic};
 use crate::data::DataPosition;
 use crate::schedule::Schedule;
+use tinynn_format::atomic_file::{sync_dir, write_atomic_io as write_atomic};
 
 pub const POINTER: &str = "latest";
 /// Version 2 added `checkpoint.meta_checksum`.

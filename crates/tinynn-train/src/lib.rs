@@ -41,8 +41,6 @@ mod tensor_io;
 pub mod train_loop;
 pub mod trainer;
 
-mod atomic;
-
 pub use error::{Result, TrainError};
 pub use lora::{LoraConfig, Targets};
 pub use optim::Optimizer;

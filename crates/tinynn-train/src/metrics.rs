@@ -77,7 +77,7 @@ impl MetricsLog {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
             Err(e) => return Err(io(path, e)),
         };
-        crate::atomic::write_atomic(path, None, |out| -> std::io::Result<()> {
+        tinynn_format::atomic_file::write_atomic_io(path, None, |out| -> std::io::Result<()> {
             for m in &kept {
                 writeln!(out, "{}", line(m))?;
             }

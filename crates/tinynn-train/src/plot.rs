@@ -184,7 +184,7 @@ pub fn loss_curve_png(
     height: u32,
 ) -> Result<(), PlotError> {
     let rgb = render(metrics, width, height)?;
-    crate::atomic::write_atomic(path, None, |out| -> std::io::Result<()> {
+    tinynn_format::atomic_file::write_atomic_io(path, None, |out| -> std::io::Result<()> {
         let mut enc = png::Encoder::new(out, width, height);
         enc.set_color(png::ColorType::Rgb);
         enc.set_depth(png::BitDepth::Eight);

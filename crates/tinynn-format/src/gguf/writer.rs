@@ -199,7 +199,7 @@ impl<'a> GgufWriter<'a> {
 
     /// Writes the file atomically to `path` (temporary file, fsync, rename, fsync of the directory).
     pub fn write_atomic(&self, path: &Path) -> Result<u64> {
-        crate::atomic_file::write_atomic(path, |out, _| self.write_to(out))
+        crate::atomic_file::write_atomic(path, |mut out, _| self.write_to(&mut out))
     }
 }
 
