@@ -15,18 +15,10 @@ const N_EMBD: u64 = 256;
 const N_FF: u64 = 96; // a multiple of 32, not of 256: ffn_down cannot be a K type
 const N_VOCAB: u64 = 64;
 
-/// Pseudo-Gaussian values (sum of four uniforms), reproducible.
+/// Gaussian values (σ = 0.05), reproducible.
 fn values(n: usize, seed: u64) -> Vec<f32> {
-    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    let mut uniform = move || {
-        s ^= s << 13;
-        s ^= s >> 7;
-        s ^= s << 17;
-        (s >> 40) as f32 / (1u64 << 24) as f32
-    };
-    (0..n)
-        .map(|_| (uniform() + uniform() + uniform() + uniform() - 2.0) * 0.05)
-        .collect()
+    let mut rng = tinynn_core::rng::Rng::new(seed);
+    (0..n).map(|_| rng.normal() * 0.05).collect()
 }
 
 fn encode(ty: GgmlType, x: &[f32]) -> Vec<u8> {

@@ -8,4 +8,5 @@ pub mod graph;
 pub mod ops;
 pub mod plan;
 pub mod quant;
+pub mod rng;
 pub mod tensor;

@@ -35,13 +35,8 @@ const FORMATS: [GgmlType; 13] = [
 
 /// Weight bytes with plausible values: quantized noise, or noise blocks with small scales.
 fn weights(ty: GgmlType, n: usize) -> Vec<u8> {
-    let mut state = 0x2545_F491_4F6C_DD1Du64;
-    let mut next = move || {
-        state ^= state << 13;
-        state ^= state >> 7;
-        state ^= state << 17;
-        state
-    };
+    let mut rng = tinynn_core::rng::Rng::new(0x2545_F491_4F6C_DD1D);
+    let mut next = move || rng.next_u64();
     if quant::has_quantizer(ty) {
         let x: Vec<f32> = (0..n)
             .map(|_| (next() >> 40) as f32 / (1u64 << 23) as f32 - 1.0)

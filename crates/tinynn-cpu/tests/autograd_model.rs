@@ -45,10 +45,19 @@ fn loss_opts<'a>() -> Opts<'a> {
 
 #[test]
 fn llama_block_gradients_match_finite_differences() {
-    let ps = block_params(&mut Rng::new(21));
-    let logits = |g: &mut Graph, p: &[TensorId]| block_to(g, p, false);
-    assert_grads_with("llama block (logits)", &ps, &logits, &Opts::default());
-    assert_grads_with("llama block (loss)", &ps, &block, &loss_opts());
+    // Central differences of f32 logits with h = 1e-3 land within 0.3–3.6e-3 of the analytic
+    // gradients over 20 random blocks (a wrong rule is off by far more, see below), so the
+    // logits are checked to 5e-3, on several blocks.
+    for seed in 21..25 {
+        let ps = block_params(&mut Rng::new(seed));
+        let logits = |g: &mut Graph, p: &[TensorId]| block_to(g, p, false);
+        let opts = Opts {
+            tol: 5e-3,
+            ..Opts::default()
+        };
+        assert_grads_with("llama block (logits)", &ps, &logits, &opts);
+        assert_grads_with("llama block (loss)", &ps, &block, &loss_opts());
+    }
 }
 
 #[test]

@@ -144,13 +144,13 @@ pub fn load_params(src: &WeightSource<'_>, specs: &[ParamSpec]) -> Result<Vec<Na
 
 /// Seeded random values for `specs` (see the module doc). The same seed gives the same values.
 pub fn random_params(specs: &[ParamSpec], seed: u64) -> Vec<NamedTensor> {
-    let mut rng = Normal::new(seed);
+    let mut rng = crate::rng::Rng::new(seed);
     specs
         .iter()
         .map(|s| {
             let n: usize = s.dims.iter().product();
             let data = match s.init {
-                Init::Normal => (0..n).map(|_| 0.02 * rng.next()).collect(),
+                Init::Normal => (0..n).map(|_| 0.02 * rng.normal()).collect(),
                 Init::Zeros => vec![0.0; n],
                 Init::Ones => vec![1.0; n],
             };
@@ -163,55 +163,34 @@ pub fn random_params(specs: &[ParamSpec], seed: u64) -> Vec<NamedTensor> {
         .collect()
 }
 
-/// Standard normal draws: splitmix64 uniforms through Box–Muller.
-struct Normal {
-    state: u64,
-    spare: Option<f32>,
-}
-
-impl Normal {
-    fn new(seed: u64) -> Normal {
-        Normal {
-            state: seed,
-            spare: None,
-        }
-    }
-
-    fn uniform(&mut self) -> f64 {
-        self.state = self.state.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.state;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^= z >> 31;
-        // 53 random bits in (0, 1].
-        ((z >> 11) + 1) as f64 / (1u64 << 53) as f64
-    }
-
-    fn next(&mut self) -> f32 {
-        if let Some(s) = self.spare.take() {
-            return s;
-        }
-        let (u1, u2) = (self.uniform(), self.uniform());
-        let r = (-2.0 * u1.ln()).sqrt();
-        let a = 2.0 * std::f64::consts::PI * u2;
-        self.spare = Some((r * a.sin()) as f32);
-        (r * a.cos()) as f32
-    }
-}
-
 #[cfg(test)]
 mod tests {
-    use super::Normal;
+    use super::*;
 
     #[test]
-    fn normal_draws_have_unit_variance() {
-        let mut rng = Normal::new(7);
-        let xs: Vec<f64> = (0..20000).map(|_| f64::from(rng.next())).collect();
+    fn normal_init_has_the_asked_spread_and_is_seeded() {
+        let specs = [
+            ParamSpec {
+                name: "w".into(),
+                dims: vec![100, 200],
+                init: Init::Normal,
+            },
+            ParamSpec {
+                name: "b".into(),
+                dims: vec![7],
+                init: Init::Ones,
+            },
+        ];
+        let p = random_params(&specs, 7);
+        let xs: Vec<f64> = p[0].data.iter().map(|&x| f64::from(x)).collect();
         let mean = xs.iter().sum::<f64>() / xs.len() as f64;
         let var = xs.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / xs.len() as f64;
         assert!(
-            mean.abs() < 0.03 && (var - 1.0).abs() < 0.05,
+            mean.abs() < 0.001 && (var.sqrt() - 0.02).abs() < 0.0005,
             "{mean} {var}"
         );
+        assert_eq!(p[1].data, vec![1.0; 7]);
+        assert_eq!(random_params(&specs, 7)[0].data, p[0].data);
+        assert_ne!(random_params(&specs, 8)[0].data, p[0].data);
     }
 }

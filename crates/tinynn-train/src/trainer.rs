@@ -428,7 +428,7 @@ impl<B: Backend> Trainer<B> {
 
     /// The LoRA dropout RNG's state (for checkpoints).
     pub fn dropout_rng(&self) -> Rng {
-        self.dropout_rng
+        self.dropout_rng.clone()
     }
 
     /// Restores the LoRA dropout RNG (resuming).

@@ -298,17 +298,11 @@ fn round16(x: __m512) -> __m512 {
 mod tests {
     use super::*;
     use tinynn_core::quant::half;
+    use tinynn_core::rng::Rng;
     use tinynn_format::GgmlType;
 
-    fn noise(n: usize, seed: &mut u64, amp: f32) -> Vec<f32> {
-        (0..n)
-            .map(|_| {
-                *seed ^= *seed << 13;
-                *seed ^= *seed >> 7;
-                *seed ^= *seed << 17;
-                ((*seed >> 40) as f32 / (1u64 << 24) as f32 - 0.5) * 2.0 * amp
-            })
-            .collect()
+    fn noise(n: usize, rng: &mut Rng, amp: f32) -> Vec<f32> {
+        (0..n).map(|_| rng.range_f32(-amp, amp)).collect()
     }
 
     fn f16_bytes(x: &[f32]) -> Vec<u8> {
@@ -345,7 +339,7 @@ mod tests {
     /// over lengths around the vector width and masks with NaN and −∞ runs.
     #[test]
     fn visible_rows_matches_scalar_scan() {
-        let mut seed = 0x51_7CC1_B727_220Au64;
+        let mut seed = Rng::new(0x51_7CC1_B727_220A);
         for n in [0usize, 1, 15, 16, 17, 31, 33, 100, 257] {
             let row: Vec<f32> = noise(n, &mut seed, 1.0)
                 .into_iter()
@@ -384,7 +378,7 @@ mod tests {
     /// head counts, sizes, masks (skipped and biased rows), softcap and row strides.
     #[test]
     fn fast_path_equals_generic_bit_for_bit() {
-        let mut seed = 0x9E37_79B9_7F4A_7C15u64;
+        let mut seed = Rng::new(0x9E37_79B9_7F4A_7C15);
         for &(n, d, dv, n_rows) in &[
             (1, 64, 64, 1),
             (3, 64, 64, 37),

@@ -75,13 +75,10 @@ mod tests {
             eprintln!("skipped: no AVX-512 on this machine");
             return;
         }
-        let mut seed = 0x2545_F491_4F6C_DD1Du64;
+        let mut rng = tinynn_core::rng::Rng::new(0x2545_F491_4F6C_DD1D);
         let mut next = || {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            let x = (seed >> 40) as f32 / (1u64 << 24) as f32 - 0.5;
-            x * [1.0, 1e-4, 1e4, 3.0][(seed & 3) as usize]
+            // Values of very different magnitudes, so the order of the sums matters.
+            rng.range_f32(-0.5, 0.5) * [1.0, 1e-4, 1e4, 3.0][rng.below(4) as usize]
         };
         for _ in 0..500 {
             let rows: Vec<[f32; 16]> = (0..16).map(|_| std::array::from_fn(|_| next())).collect();

@@ -11,24 +11,21 @@ use tinynn_core::tensor::TensorId;
 use tinynn_cpu::{Executor, Memory};
 use tinynn_format::GgmlType;
 
-/// xorshift64*: reproducible test data without a dependency.
-pub struct Rng(u64);
+/// Reproducible test data from the project's one generator.
+pub struct Rng(tinynn_core::rng::Rng);
 
 impl Rng {
     pub fn new(seed: u64) -> Rng {
-        Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
+        Rng(tinynn_core::rng::Rng::new(seed))
     }
 
     pub fn next_u64(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+        self.0.next_u64()
     }
 
     /// Uniform in [-1, 1).
     pub fn uniform(&mut self) -> f32 {
-        (self.next_u64() >> 40) as f32 / (1u64 << 23) as f32 - 1.0
+        self.0.range_f32(-1.0, 1.0)
     }
 
     pub fn vec(&mut self, n: usize) -> Vec<f32> {

@@ -104,7 +104,7 @@ impl Batcher {
             pos: DataPosition {
                 epoch: 0,
                 index: 0,
-                rng: Rng::new(cfg.seed).state,
+                rng: Rng::new(cfg.seed).state(),
             },
         };
         b.make_order();
@@ -114,15 +114,13 @@ impl Batcher {
     /// Recomputes the current epoch's order from `pos.rng`; remembers the RNG state after the
     /// shuffle, which starts the next epoch.
     fn make_order(&mut self) {
-        let mut rng = Rng {
-            state: self.pos.rng,
-        };
+        let mut rng = Rng::from_state(self.pos.rng);
         self.order.clear();
         self.order.extend(0..self.n_train);
         if self.cfg.shuffle {
             rng.shuffle(&mut self.order);
         }
-        self.next_rng = rng.state;
+        self.next_rng = rng.state();
     }
 
     fn next_epoch(&mut self) {

@@ -63,7 +63,7 @@ impl Saver<'_> {
                 architecture: Some(trainer.architecture()),
                 schedule: Some(self.schedule),
                 data: Some(batcher.position()),
-                rngs: vec![("dropout".into(), trainer.dropout_rng().state)],
+                rngs: vec![("dropout".into(), trainer.dropout_rng().state())],
                 config_json: self.config_json.to_string(),
             },
             params: refs,
@@ -147,7 +147,7 @@ pub(super) fn resume<B: Backend>(
     };
     batcher.set_position(pos)?;
     if let Some(state) = ck.rng("dropout") {
-        trainer.set_dropout_rng(Rng { state });
+        trainer.set_dropout_rng(Rng::from_state(state));
     }
     observer.on_message(&format!(
         "resumed from {} (step {})",
