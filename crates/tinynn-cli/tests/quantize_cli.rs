@@ -287,7 +287,7 @@ fn refusals_are_one_line_errors() {
             "architecture 'mamba'",
         ),
         (
-            &[src.as_ref(), again.as_ref(), "Q3_K_M".as_ref()],
+            &[src.as_ref(), again.as_ref(), "Q2_K_S".as_ref()],
             "valid types: F32, F16",
         ),
         (

@@ -12,7 +12,7 @@ use tinynn_cpu::Executor;
 
 use crate::session::Session;
 use crate::stop::StopMatcher;
-use crate::tokenizer::StreamDecoder;
+use crate::tokenizer::TextStream;
 use crate::Result;
 
 /// What to generate and how to sample it.
@@ -89,7 +89,7 @@ impl SamplerSlot<'_> {
 pub struct Generation<'s, B: Backend = Executor> {
     session: &'s mut Session<B>,
     sampler: SamplerSlot<'s>,
-    stream: StreamDecoder,
+    stream: TextStream,
     matcher: StopMatcher,
     ignore_eos: bool,
     /// Tokens this generation may still produce.
@@ -173,10 +173,11 @@ impl<B: Backend> Session<B> {
         prompt.iter().for_each(|&t| sampler.get().accept(t));
         self.eval_batch(&prompt[common..])?;
         let budget = opts.max_tokens.min(self.n_free());
+        let stream = self.model().tokenizer()?.text_stream(prompt);
         Ok(Generation {
             session: self,
             sampler,
-            stream: StreamDecoder::default(),
+            stream,
             matcher: StopMatcher::new(&opts.stop),
             ignore_eos: opts.ignore_eos,
             budget,
@@ -222,8 +223,8 @@ impl<B: Backend> Generation<'_, B> {
         }
         self.sampler.get().accept(next);
         self.tokens.push(next);
-        let bytes = self.session.model().vocab()?.token_bytes(next);
-        let (text, stopped) = self.matcher.push(&self.stream.push(&bytes));
+        let piece = self.stream.step(tok, next)?;
+        let (text, stopped) = self.matcher.push(&piece);
         if stopped {
             self.finish = Some(Finish::Stop);
             self.done = true;
@@ -241,7 +242,11 @@ impl<B: Backend> Generation<'_, B> {
     fn end(&mut self, why: Finish) -> Option<Piece> {
         self.done = true;
         self.finish = Some(why);
-        let (mut text, stopped) = self.matcher.push(&self.stream.finish());
+        let held = match self.session.model().tokenizer() {
+            Ok(tok) => self.stream.finish(tok).unwrap_or_default(),
+            Err(_) => String::new(),
+        };
+        let (mut text, stopped) = self.matcher.push(&held);
         if stopped {
             self.finish = Some(Finish::Stop);
         } else {

@@ -399,43 +399,63 @@ impl Tokenizer {
     }
 }
 
-/// Turns token bytes into text as they come, never splitting a UTF-8 character: bytes of an
-/// unfinished character wait for the next token.
-#[derive(Default)]
-pub struct StreamDecoder {
-    pending: Vec<u8>,
+/// The text of generated tokens as they come, through the tokenizer's own decoder
+/// (`tokenizers`' streaming decode: each step decodes a short window of ids and hands out what
+/// it adds to the window's text). So every vocabulary decodes as its `tokenizer.json` or GGUF
+/// says — byte-level BPE, SentencePiece's `▁` and byte pieces, WordPiece's `##`, Unigram —
+/// and a UTF-8 character split over tokens waits until it is whole.
+#[derive(Clone, Debug, Default)]
+pub struct TextStream {
+    ids: Vec<u32>,
+    prefix: String,
+    prefix_index: usize,
 }
 
-impl StreamDecoder {
-    /// Adds `bytes` and returns the text that is complete so far.
-    pub fn push(&mut self, bytes: &[u8]) -> String {
-        self.pending.extend_from_slice(bytes);
-        match std::str::from_utf8(&self.pending) {
-            Ok(s) => {
-                let out = s.to_string();
-                self.pending.clear();
-                out
-            }
-            Err(e) if e.error_len().is_none() => {
-                // An incomplete character at the end: keep it for later.
-                let valid = e.valid_up_to();
-                let out = String::from_utf8_lossy(&self.pending[..valid]).into_owned();
-                self.pending.drain(..valid);
-                out
-            }
-            Err(_) => {
-                let out = String::from_utf8_lossy(&self.pending).into_owned();
-                self.pending.clear();
-                out
-            }
-        }
+impl TextStream {
+    /// The text `id` adds ("" while a character or a decoder's context is incomplete).
+    pub fn step(&mut self, tok: &Tokenizer, id: u32) -> Result<String> {
+        let got = tokenizers::tokenizer::step_decode_stream(
+            &tok.inner,
+            vec![id],
+            false,
+            &mut self.ids,
+            &mut self.prefix,
+            &mut self.prefix_index,
+        )
+        .map_err(hf_err)?;
+        Ok(got.unwrap_or_default())
     }
 
-    /// What is left at the end (an unfinished character becomes U+FFFD).
-    pub fn finish(&mut self) -> String {
-        let out = String::from_utf8_lossy(&self.pending).into_owned();
-        self.pending.clear();
-        out
+    /// What is held back at the end (an unfinished character becomes U+FFFD).
+    pub fn finish(&mut self, tok: &Tokenizer) -> Result<String> {
+        let ids = std::mem::take(&mut self.ids);
+        let prefix = std::mem::take(&mut self.prefix);
+        self.prefix_index = 0;
+        if ids.is_empty() {
+            return Ok(String::new());
+        }
+        let all = tok.inner.decode(&ids, false).map_err(hf_err)?;
+        Ok(all
+            .strip_prefix(prefix.as_str())
+            .map(str::to_string)
+            .unwrap_or_default())
+    }
+}
+
+impl Tokenizer {
+    /// A [`TextStream`] for tokens that follow `context` (the prompt): its last few tokens
+    /// seed the window, so the first generated token reads as it does after them (a
+    /// SentencePiece decoder strips the space of a text's first word, not of a continuation).
+    pub fn text_stream(&self, context: &[u32]) -> TextStream {
+        let tail = &context[context.len().saturating_sub(4)..];
+        match self.inner.decode(tail, false) {
+            Ok(prefix) if !tail.is_empty() && !prefix.ends_with('\u{fffd}') => TextStream {
+                ids: tail.to_vec(),
+                prefix,
+                prefix_index: tail.len(),
+            },
+            _ => TextStream::default(),
+        }
     }
 }
 

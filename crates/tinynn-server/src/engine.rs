@@ -14,7 +14,7 @@ use tinynn_models::generate::Finish;
 use tinynn_models::sampling::{Penalties, Sampler, Strategy};
 use tinynn_models::session::{BatchToken, Session};
 use tinynn_models::stop::StopMatcher;
-use tinynn_models::tokenizer::StreamDecoder;
+use tinynn_models::tokenizer::TextStream;
 use tokio::sync::mpsc::UnboundedSender;
 use tokio::sync::oneshot;
 
@@ -167,7 +167,7 @@ struct Active {
     /// Prompt tokens already in the cache.
     fed: usize,
     sampler: Sampler,
-    stream: StreamDecoder,
+    stream: TextStream,
     matcher: StopMatcher,
     generated: Vec<u32>,
     /// Sampled and not yet evaluated.
@@ -337,7 +337,12 @@ impl Engine {
             self.slots[s] = Some(Active {
                 fed: keep,
                 sampler,
-                stream: StreamDecoder::default(),
+                stream: self
+                    .session
+                    .model()
+                    .tokenizer()
+                    .map(|t| t.text_stream(&req.prompt))
+                    .unwrap_or_default(),
                 matcher,
                 generated: Vec::new(),
                 pending: None,
@@ -449,9 +454,9 @@ impl Engine {
     /// Samples slot `s`'s next token from output row `row` and sends its text.
     fn sample(&mut self, s: usize, row: usize) {
         let model = self.session.model().clone();
-        let (tok, vocab) = match (model.tokenizer(), model.vocab()) {
-            (Ok(t), Ok(v)) => (t, v),
-            (Err(e), _) | (_, Err(e)) => return self.fail(s, &e.to_string()),
+        let tok = match model.tokenizer() {
+            Ok(t) => t,
+            Err(e) => return self.fail(s, &e.to_string()),
         };
         let Some(a) = self.slots[s].as_mut() else {
             return;
@@ -500,7 +505,11 @@ impl Engine {
         self.metrics
             .completion_tokens
             .fetch_add(1, Ordering::Relaxed);
-        let (text, stopped) = a.matcher.push(&a.stream.push(&vocab.token_bytes(next)));
+        let piece = match a.stream.step(tok, next) {
+            Ok(p) => p,
+            Err(e) => return self.fail(s, &e.to_string()),
+        };
+        let (text, stopped) = a.matcher.push(&piece);
         let _ = a.req.events.send((
             a.req.index,
             Event::Piece {
@@ -520,10 +529,15 @@ impl Engine {
 
     /// Ends slot `s` with `why`, flushing the text held back.
     fn finish(&mut self, s: usize, why: Finish) {
+        let model = self.session.model().clone();
         let Some(a) = self.slots[s].as_mut() else {
             return;
         };
-        let (mut text, stopped) = a.matcher.push(&a.stream.finish());
+        let held = match model.tokenizer() {
+            Ok(tok) => a.stream.finish(tok).unwrap_or_default(),
+            Err(_) => String::new(),
+        };
+        let (mut text, stopped) = a.matcher.push(&held);
         if !stopped {
             text.push_str(&a.matcher.finish());
         }
