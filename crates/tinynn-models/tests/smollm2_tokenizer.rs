@@ -3,7 +3,7 @@
 
 use tinynn_format::gguf::GgufFile;
 use tinynn_format::model_cache::require_default_model;
-use tinynn_models::tokenizer::{StreamDecoder, Tokenizer};
+use tinynn_models::tokenizer::Tokenizer;
 use tinynn_models::vocab::Vocab;
 
 fn tokenizer() -> (GgufFile, Tokenizer) {
@@ -160,22 +160,34 @@ fn round_trips_exactly() {
         assert_eq!(&tok.decode(&ids).unwrap(), text);
         // Our own byte-level detokenizer agrees, and streaming never splits a character.
         assert_eq!(String::from_utf8(vocab.decode(&ids)).unwrap(), *text);
-        let mut stream = StreamDecoder::default();
+        let mut stream = tok.text_stream(&[]);
         let mut out = String::new();
         for &id in &ids {
-            out.push_str(&stream.push(&vocab.token_bytes(id)));
+            let piece = stream.step(&tok, id).unwrap();
+            assert!(!piece.contains('\u{FFFD}'), "{text:?}: {piece:?}");
+            out.push_str(&piece);
         }
-        out.push_str(&stream.finish());
+        out.push_str(&stream.finish(&tok).unwrap());
         assert_eq!(&out, text);
     }
 }
 
 #[test]
-fn stream_decoder_holds_partial_characters() {
-    let mut s = StreamDecoder::default();
-    let crab = "🦀".as_bytes();
-    assert_eq!(s.push(&crab[..2]), "");
-    assert_eq!(s.push(&crab[2..]), "🦀");
-    assert_eq!(s.push(b"a\xE6"), "a");
-    assert_eq!(s.finish(), "\u{FFFD}");
+fn text_stream_holds_partial_characters() {
+    let (_, tok) = tokenizer();
+    // Byte-level pieces of "🦀" (four bytes over several tokens), then "a" and a lone lead
+    // byte that never completes.
+    let crab = tok.encode("🦀", false).unwrap();
+    assert!(crab.len() > 1, "{crab:?}");
+    let mut s = tok.text_stream(&[]);
+    let (last, first) = crab.split_last().unwrap();
+    for &id in first {
+        assert_eq!(s.step(&tok, id).unwrap(), "");
+    }
+    assert_eq!(s.step(&tok, *last).unwrap(), "🦀");
+    let a = tok.encode("a", false).unwrap();
+    assert_eq!(s.step(&tok, a[0]).unwrap(), "a");
+    let lead = tok.encode("我", false).unwrap()[0];
+    assert_eq!(s.step(&tok, lead).unwrap(), "");
+    assert_eq!(s.finish(&tok).unwrap(), "\u{FFFD}");
 }
