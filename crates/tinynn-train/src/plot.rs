@@ -1,7 +1,7 @@
 //! The loss curve as a PNG: training loss (blue line) and eval loss (red line with dots) against
-//! the step, drawn with plotters' bitmap backend and encoded with `png`. plotters has no font
-//! without system font libraries, so axes, grid and tick numbers are drawn here, the numbers in
-//! a built-in 3×5 pixel font.
+//! the step, with axis titles, tick labels and a legend, drawn with plotters' bitmap backend and
+//! encoded with `png`. Text is rendered by plotters (`ab_glyph`) in DejaVu Sans, embedded in the
+//! binary (the `dejavu` crate), so no system font library is needed.
 
 use std::path::Path;
 
@@ -28,54 +28,20 @@ const AXIS: RGBColor = RGBColor(60, 60, 60);
 const GRID: RGBColor = RGBColor(225, 225, 225);
 const TICKS: usize = 5;
 
-/// Glyph rows, 3 bits each (MSB left), of `0-9 . - e`.
-fn glyph(c: char) -> Option<[u8; 5]> {
-    Some(match c {
-        '0' => [7, 5, 5, 5, 7],
-        '1' => [2, 6, 2, 2, 7],
-        '2' => [7, 1, 7, 4, 7],
-        '3' => [7, 1, 7, 1, 7],
-        '4' => [5, 5, 7, 1, 1],
-        '5' => [7, 4, 7, 1, 7],
-        '6' => [7, 4, 7, 5, 7],
-        '7' => [7, 1, 1, 1, 1],
-        '8' => [7, 5, 7, 5, 7],
-        '9' => [7, 5, 7, 1, 7],
-        '.' => [0, 0, 0, 0, 2],
-        '-' => [0, 0, 7, 0, 0],
-        'e' => [0, 3, 7, 4, 3],
-        _ => return None,
-    })
-}
-
-const SCALE: i32 = 2;
-
-fn text_width(s: &str) -> i32 {
-    s.chars().count() as i32 * 4 * SCALE - SCALE
-}
-
-fn draw_text<DB: DrawingBackend>(
-    area: &DrawingArea<DB, plotters::coord::Shift>,
-    s: &str,
-    (x, y): (i32, i32),
-) -> Result<(), PlotError> {
-    for (k, c) in s.chars().enumerate() {
-        let Some(rows) = glyph(c) else { continue };
-        let x0 = x + k as i32 * 4 * SCALE;
-        for (r, bits) in rows.iter().enumerate() {
-            for col in 0..3 {
-                if bits & (4 >> col) != 0 {
-                    let (px, py) = (x0 + col * SCALE, y + r as i32 * SCALE);
-                    area.draw(&Rectangle::new(
-                        [(px, py), (px + SCALE - 1, py + SCALE - 1)],
-                        AXIS.filled(),
-                    ))
-                    .map_err(draw_err)?;
-                }
-            }
-        }
+/// Registers the embedded font under the family name plotters asks for (once).
+fn register_font() -> Result<(), PlotError> {
+    static DONE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    let ok = *DONE.get_or_init(|| {
+        plotters::style::register_font("sans-serif", FontStyle::Normal, dejavu::sans::regular())
+            .is_ok()
+    });
+    if ok {
+        Ok(())
+    } else {
+        Err(PlotError::Draw(
+            "the embedded font could not be read".into(),
+        ))
     }
-    Ok(())
 }
 
 fn draw_err(e: impl std::fmt::Display) -> PlotError {
@@ -119,57 +85,63 @@ pub fn render(metrics: &[StepMetrics], width: u32, height: u32) -> Result<Vec<u8
     let pad = if y1 > y0 { 0.05 * (y1 - y0) } else { 0.5 };
     (y0, y1) = (y0 - pad, y1 + pad);
 
+    register_font()?;
     let mut buf = vec![0u8; width as usize * height as usize * 3];
     {
         let root = BitMapBackend::with_buffer(&mut buf, (width, height)).into_drawing_area();
         root.fill(&WHITE).map_err(draw_err)?;
-        let (left, right, top, bottom) = (72, 16, 16, 36);
-        let area = root.margin(top, bottom, left, right);
-        let mut chart = ChartBuilder::on(&area)
+        let font = |size| ("sans-serif", size).into_font().color(&AXIS);
+        let mut chart = ChartBuilder::on(&root)
+            .margin(12)
+            .x_label_area_size(44)
+            .y_label_area_size(64)
             .build_cartesian_2d(x0..x1, y0..y1)
             .map_err(draw_err)?;
-        // Grid, ticks and numbers.
-        for i in 0..TICKS {
-            let t = i as f64 / (TICKS - 1) as f64;
-            let (xv, yv) = (x0 + t * (x1 - x0), y0 + t * (y1 - y0));
-            let (px, _) = chart.backend_coord(&(xv, y0));
-            let (_, py) = chart.backend_coord(&(x0, yv));
-            let (gx0, gy0) = chart.backend_coord(&(x0, y0));
-            let (gx1, gy1) = chart.backend_coord(&(x1, y1));
-            root.draw(&PathElement::new([(px, gy0), (px, gy1)], GRID))
-                .map_err(draw_err)?;
-            root.draw(&PathElement::new([(gx0, py), (gx1, py)], GRID))
-                .map_err(draw_err)?;
-            root.draw(&PathElement::new([(px, gy0), (px, gy0 + 5)], AXIS))
-                .map_err(draw_err)?;
-            root.draw(&PathElement::new([(gx0 - 5, py), (gx0, py)], AXIS))
-                .map_err(draw_err)?;
-            let xs = format!("{}", xv.round() as i64);
-            draw_text(&root, &xs, (px - text_width(&xs) / 2, gy0 + 9))?;
-            let ys = number(yv);
-            draw_text(&root, &ys, (gx0 - 9 - text_width(&ys), py - 5))?;
-        }
-        let (gx0, gy0) = chart.backend_coord(&(x0, y0));
-        let (gx1, gy1) = chart.backend_coord(&(x1, y1));
-        root.draw(&PathElement::new(
-            [(gx0, gy1), (gx0, gy0), (gx1, gy0)],
-            AXIS.stroke_width(2),
-        ))
-        .map_err(draw_err)?;
+        chart
+            .configure_mesh()
+            .light_line_style(WHITE)
+            .bold_line_style(GRID)
+            .axis_style(AXIS.stroke_width(2))
+            .x_labels(TICKS)
+            .y_labels(TICKS)
+            .x_label_formatter(&|x| format!("{}", x.round() as i64))
+            .y_label_formatter(&|y| number(*y))
+            .label_style(font(14))
+            .axis_desc_style(font(15))
+            .x_desc("step")
+            .y_desc("loss")
+            .draw()
+            .map_err(draw_err)?;
         chart
             .draw_series(LineSeries::new(
                 train.iter().copied(),
                 TRAIN_COLOR.stroke_width(2),
             ))
-            .map_err(draw_err)?;
+            .map_err(draw_err)?
+            .label("train loss")
+            .legend(|(x, y)| PathElement::new([(x, y), (x + 18, y)], TRAIN_COLOR.stroke_width(2)));
+        if !eval.is_empty() {
+            chart
+                .draw_series(LineSeries::new(
+                    eval.iter().copied(),
+                    EVAL_COLOR.stroke_width(2),
+                ))
+                .map_err(draw_err)?
+                .label("eval loss")
+                .legend(|(x, y)| {
+                    PathElement::new([(x, y), (x + 18, y)], EVAL_COLOR.stroke_width(2))
+                });
+            chart
+                .draw_series(eval.iter().map(|&p| Circle::new(p, 3, EVAL_COLOR.filled())))
+                .map_err(draw_err)?;
+        }
         chart
-            .draw_series(LineSeries::new(
-                eval.iter().copied(),
-                EVAL_COLOR.stroke_width(2),
-            ))
-            .map_err(draw_err)?;
-        chart
-            .draw_series(eval.iter().map(|&p| Circle::new(p, 3, EVAL_COLOR.filled())))
+            .configure_series_labels()
+            .position(SeriesLabelPosition::UpperRight)
+            .background_style(WHITE.mix(0.9))
+            .border_style(GRID)
+            .label_font(font(14))
+            .draw()
             .map_err(draw_err)?;
         root.present().map_err(draw_err)?;
     }
@@ -252,6 +224,25 @@ mod tests {
         };
         let (left, right) = (rows_of(100).min().unwrap(), rows_of(600).min().unwrap());
         assert!(left + 100 < right, "{left} vs {right}");
+        // Text: the axis titles below and left of the plot, tick labels, and a legend in the
+        // upper right whose sample lines have the curves' colours.
+        let inked = |xs: std::ops::Range<usize>, ys: std::ops::Range<usize>| {
+            ys.flat_map(|y| xs.clone().map(move |x| (x, y)))
+                .filter(|&(x, y)| px[y * 640 + x] != [255, 255, 255])
+                .count()
+        };
+        assert!(inked(280..420, 372..400) > 20, "x axis title");
+        assert!(inked(0..24, 150..250) > 20, "y axis title");
+        let legend = |c: RGBColor| {
+            (0..70)
+                .flat_map(|y| (480..640).map(move |x| (x, y)))
+                .filter(|&(x, y)| px[y * 640 + x] == [c.0, c.1, c.2])
+                .count()
+        };
+        assert!(
+            legend(TRAIN_COLOR) > 20 && legend(EVAL_COLOR) > 20,
+            "legend"
+        );
     }
 
     #[test]
