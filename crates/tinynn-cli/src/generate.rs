@@ -46,9 +46,6 @@ impl ModelArgs {
         let path = self.path()?;
         let t0 = std::time::Instant::now();
         let model = Model::open(&path).with_context(|| format!("loading {}", path.display()))?;
-        // Parsing the file and building the tokenizer; the tokenizer is needed by every
-        // command that opens a model this way.
-        model.tokenizer()?;
         eprintln!(
             "tinynn: loaded {} ({}) in {:.2} s",
             path.display(),

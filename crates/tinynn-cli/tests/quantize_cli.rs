@@ -281,6 +281,16 @@ fn refusals_are_one_line_errors() {
     let other_arch = dir.path().join("mamba.gguf");
     write_model(&other_arch, "mamba");
     let unwritable = dir.path().join("no/such/dir/out.gguf");
+    // Running an architecture tinynn lacks says which ones it has.
+    let run = run_measured(tnn().args(["run", "-p", "hi", "-m"]).arg(&other_arch));
+    assert_eq!(run.code, Some(1), "{}", run.stderr);
+    let err = run.stderr.trim_end().lines().last().unwrap_or("");
+    assert!(
+        err.contains("architecture 'mamba' is not supported yet (supported: llama,")
+            && err.contains("gemma3")
+            && err.contains("phi3"),
+        "{err}"
+    );
     let cases: [(&[&std::ffi::OsStr], &str); 6] = [
         (
             &[other_arch.as_ref(), again.as_ref(), "Q4_0".as_ref()],
