@@ -119,7 +119,7 @@ impl Model {
                 first(&dir.config.eos_token_id),
             )
             .map(|t| {
-                let v = Vocab::from_strings(t.token_strings());
+                let v = Vocab::from_strings(t.token_strings(), t.vocab_kind());
                 (t, v)
             })
             .map_err(|e| format!("{}: {e}", p.display())),

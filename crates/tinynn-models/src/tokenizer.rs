@@ -443,6 +443,37 @@ impl TextStream {
 }
 
 impl Tokenizer {
+    /// How single tokens read as bytes, from the decoder the tokenizer declares (not from the
+    /// look of its pieces): byte-level, SentencePiece (`▁`, byte pieces), WordPiece (`##`), or
+    /// plain.
+    pub fn vocab_kind(&self) -> crate::vocab::VocabKind {
+        use crate::vocab::VocabKind;
+        use tokenizers::DecoderWrapper as D;
+        fn kinds(d: &D, out: &mut Vec<VocabKind>) {
+            match d {
+                D::Sequence(seq) => seq.get_decoders().iter().for_each(|d| kinds(d, out)),
+                D::ByteLevel(_) => out.push(VocabKind::ByteLevelBpe),
+                D::WordPiece(_) => out.push(VocabKind::WordPiece),
+                D::Metaspace(_) | D::ByteFallback(_) | D::Replace(_) => {
+                    out.push(VocabKind::SentencePiece)
+                }
+                _ => {}
+            }
+        }
+        let mut found = Vec::new();
+        if let Some(d) = self.inner.get_decoder() {
+            kinds(d, &mut found);
+        }
+        [
+            VocabKind::ByteLevelBpe,
+            VocabKind::WordPiece,
+            VocabKind::SentencePiece,
+        ]
+        .into_iter()
+        .find(|k| found.contains(k))
+        .unwrap_or(VocabKind::Plain)
+    }
+
     /// A [`TextStream`] for tokens that follow `context` (the prompt): its last few tokens
     /// seed the window, so the first generated token reads as it does after them (a
     /// SentencePiece decoder strips the space of a text's first word, not of a continuation).

@@ -10,6 +10,10 @@ use crate::{ModelError, Result};
 pub enum VocabKind {
     ByteLevelBpe,
     SentencePiece,
+    /// WordPiece (`##` marks a piece that continues a word; other pieces start one).
+    WordPiece,
+    /// Pieces that are their own text.
+    Plain,
 }
 
 pub struct Vocab {
@@ -54,17 +58,11 @@ impl Vocab {
         Ok(Vocab { kind, tokens })
     }
 
-    /// From token strings by id (a `tokenizer.json`'s vocabulary): byte-level unless the
-    /// pieces use SentencePiece's `▁`.
-    pub fn from_strings(tokens: Vec<String>) -> Vocab {
-        let sentencepiece = tokens.iter().any(|t| t.contains('\u{2581}'))
-            && !tokens.iter().any(|t| t.contains('\u{120}'));
+    /// From token strings by id (a `tokenizer.json`'s vocabulary) of the kind its decoder
+    /// declares ([`crate::tokenizer::Tokenizer::vocab_kind`]).
+    pub fn from_strings(tokens: Vec<String>, kind: VocabKind) -> Vocab {
         Vocab {
-            kind: if sentencepiece {
-                VocabKind::SentencePiece
-            } else {
-                VocabKind::ByteLevelBpe
-            },
+            kind,
             tokens: tokens.into_iter().map(String::into_bytes).collect(),
         }
     }
@@ -100,6 +98,11 @@ impl Vocab {
                 }
                 text.replace('\u{2581}', " ").into_bytes()
             }
+            VocabKind::WordPiece => match text.strip_prefix("##") {
+                Some(rest) => rest.as_bytes().to_vec(),
+                None => format!(" {text}").into_bytes(),
+            },
+            VocabKind::Plain => raw.clone(),
         }
     }
 

@@ -179,7 +179,11 @@ fn hf_tokenizer_json() {
     let text = std::fs::read_to_string("/usr/share/common-licenses/GPL-3").unwrap();
     let ids = tok.encode(&text, false).unwrap();
     assert_eq!(tok.decode(&ids).unwrap(), text);
-    let vocab = Vocab::from_strings(tok.token_strings());
+    assert_eq!(
+        tok.vocab_kind(),
+        tinynn_models::vocab::VocabKind::ByteLevelBpe
+    );
+    let vocab = Vocab::from_strings(tok.token_strings(), tok.vocab_kind());
     assert_eq!(String::from_utf8(vocab.decode(&ids)).unwrap(), text);
     assert!(tok.is_end(2));
     // A huge id (once 4294967295 strings for `token_strings`) and special ids the tokenizer

@@ -10,6 +10,7 @@ use tinynn_core::rng::Rng;
 use tinynn_format::gguf::GgufFile;
 use tinynn_format::model_cache::{require_model, KnownModel};
 use tinynn_models::tokenizer::Tokenizer;
+use tinynn_models::vocab::{Vocab, VocabKind};
 
 /// Streams `ids` after `context` and checks the text against whole decodes.
 fn check(tok: &Tokenizer, context: &[u32], ids: &[u32], what: &str) {
@@ -138,6 +139,9 @@ fn wordpiece_and_unigram_vocabularies_decode_with_their_decoders() {
           "vocab":[["<unk>",0.0],["▁hello",-1.0],["▁world",-1.5],["s",-2.0],["▁",-3.0],
                    ["a",-3.0],["b",-3.0],["▁ab",-2.5]]}}"###,
     );
+    assert_eq!(unigram.vocab_kind(), VocabKind::SentencePiece);
+    let v = Vocab::from_strings(unigram.token_strings(), unigram.vocab_kind());
+    assert_eq!(v.token_bytes(1), b" hello");
     let ids = unigram.encode("hello worlds ab", false).unwrap();
     let mut s = unigram.text_stream(&[]);
     let text: String = ids
