@@ -47,10 +47,17 @@ pub fn write_atomic_with<T, E>(
             io::Error::new(io::ErrorKind::InvalidInput, "output path has no file name"),
         ));
     };
-    let tmp = tempfile::Builder::new()
-        .prefix(&format!(".{}.tmp-", file_name.to_string_lossy()))
-        .tempfile_in(&dir)
-        .map_err(|e| io_err(&dir, e))?;
+    let prefix = format!(".{}.tmp-", file_name.to_string_lossy());
+    let mut builder = tempfile::Builder::new();
+    builder.prefix(&prefix);
+    // A temporary file is private (0600) by default; the file it becomes is an ordinary one,
+    // created with 0666 less the umask, as `File::create` would.
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        builder.permissions(std::fs::Permissions::from_mode(0o666));
+    }
+    let tmp = builder.tempfile_in(&dir).map_err(|e| io_err(&dir, e))?;
     let tmp_path = tmp.path().to_path_buf();
     let (file, tmp_guard) = tmp.into_parts();
     let mut out = Aborting {
@@ -157,6 +164,13 @@ mod tests {
         })
         .unwrap();
         assert_eq!(std::fs::read(&path).unwrap(), b"second");
+        // An ordinary file's permissions (0666 less the umask), not a temporary file's 0600.
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
+            assert_ne!(mode & 0o044, 0, "{mode:o}");
+        }
         let missing = dir.path().join("no/such/f.bin");
         let err = write_atomic(&missing, |_, _| Ok(())).unwrap_err();
         assert!(err.to_string().contains("no/such"), "{err}");
