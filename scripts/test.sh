@@ -31,6 +31,9 @@ done
 echo "== cargo test --release"
 cargo test --workspace --release
 
+echo "== fuzz corpora replayed with integer overflow checks on (profile overflow)"
+cargo test --profile overflow -p tinynn-format -p tinynn-train --test malformed --test fuzz_corpora
+
 echo "== cargo install, and the installed tnn run from another directory"
 scripts/test-install.sh
 
