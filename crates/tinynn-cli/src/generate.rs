@@ -49,7 +49,7 @@ impl ModelArgs {
         eprintln!(
             "tinynn: loaded {} ({}) in {:.2} s",
             path.display(),
-            crate::models::fetch::human_size(file_size(&path)),
+            crate::models::human_size(file_size(&path)),
             t0.elapsed().as_secs_f64()
         );
         Ok(model)
@@ -109,7 +109,7 @@ pub fn note_repacked(model: &Model, before: usize, t0: std::time::Instant) {
     if packed > 0 {
         eprintln!(
             "tinynn: weights repacked for the matrix kernels ({}) in {:.2} s",
-            crate::models::fetch::human_size(packed as u64),
+            crate::models::human_size(packed as u64),
             t0.elapsed().as_secs_f64()
         );
     }

@@ -46,10 +46,10 @@ pub fn run(args: &PerplexityArgs) -> Result<()> {
     eprintln!(
         "tinynn: loaded {} ({}) in {:.2} s; tokenizing {} ({})",
         path.display(),
-        crate::models::fetch::human_size(crate::generate::file_size(&path)),
+        crate::models::human_size(crate::generate::file_size(&path)),
         t0.elapsed().as_secs_f64(),
         args.file.display(),
-        crate::models::fetch::human_size(text.len() as u64)
+        crate::models::human_size(text.len() as u64)
     );
     let t0 = Instant::now();
     let tokens = tokenizer.encode(&text, true)?;

@@ -14,6 +14,32 @@ const FUEL: u64 = 2_000_000;
 /// Rendered prompts larger than this are refused.
 const MAX_OUTPUT: usize = 16 << 20;
 
+/// Templates known by name (llama.cpp's names for them): (name, Jinja source).
+const BUILT_IN: [(&str, &str); 4] = [
+    (
+        "chatml",
+        "{%- for m in messages %}{{ '<|im_start|>' + m['role'] + '\\n' + m['content'] + '<|im_end|>\\n' }}{%- endfor %}\
+         {%- if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{%- endif %}",
+    ),
+    (
+        "llama3",
+        "{{- bos_token }}{%- for m in messages %}{{ '<|start_header_id|>' + m['role'] + '<|end_header_id|>\\n\\n' + m['content'] | trim + '<|eot_id|>' }}{%- endfor %}\
+         {%- if add_generation_prompt %}{{ '<|start_header_id|>assistant<|end_header_id|>\\n\\n' }}{%- endif %}",
+    ),
+    (
+        "gemma",
+        "{{- bos_token }}{%- set ns = namespace(sys='') %}{%- for m in messages %}\
+         {%- if m['role'] == 'system' %}{%- set ns.sys = m['content'] | trim + '\\n\\n' %}\
+         {%- else %}{{ '<start_of_turn>' + ('model' if m['role'] == 'assistant' else m['role']) + '\\n' + ns.sys + m['content'] | trim + '<end_of_turn>\\n' }}{%- set ns.sys = '' %}\
+         {%- endif %}{%- endfor %}{%- if add_generation_prompt %}{{ '<start_of_turn>model\\n' }}{%- endif %}",
+    ),
+    (
+        "phi3",
+        "{%- for m in messages %}{{ '<|' + m['role'] + '|>\\n' + m['content'] + '<|end|>\\n' }}{%- endfor %}\
+         {%- if add_generation_prompt %}{{ '<|assistant|>\\n' }}{%- endif %}",
+    ),
+];
+
 /// One turn of a conversation.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Message {
@@ -61,6 +87,17 @@ impl ChatTemplate {
         }
     }
 
+    /// The Jinja source of the built-in template `name` (`chatml`, `llama3`, `gemma`, `phi3`),
+    /// for models that ship none or a template the user wants to replace.
+    pub fn built_in(name: &str) -> Option<&'static str> {
+        BUILT_IN.iter().find(|(n, _)| *n == name).map(|(_, s)| *s)
+    }
+
+    /// The names [`ChatTemplate::built_in`] knows.
+    pub fn built_in_names() -> Vec<&'static str> {
+        BUILT_IN.iter().map(|(n, _)| *n).collect()
+    }
+
     /// The template in a GGUF file, if it has one.
     pub fn from_gguf(g: &Gguf, bos: &str, eos: &str) -> Result<Option<ChatTemplate>> {
         Ok(g.get_str(Key::TokenizerChatTemplate)?
@@ -103,6 +140,47 @@ impl ChatTemplate {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn render(name: &str, messages: &[Message]) -> String {
+        let source = ChatTemplate::built_in(name).map_or(name.to_string(), str::to_string);
+        ChatTemplate::new(source, "<BOS>", "<EOS>")
+            .render(messages, true)
+            .unwrap()
+    }
+
+    #[test]
+    fn built_in_templates_render_as_their_models_expect() {
+        let m = [
+            Message::new("system", "Be brief."),
+            Message::new("user", "Hi "),
+            Message::new("assistant", "Hello."),
+            Message::new("user", "Bye"),
+        ];
+        assert_eq!(
+            render("chatml", &m),
+            "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi <|im_end|>\n\
+             <|im_start|>assistant\nHello.<|im_end|>\n<|im_start|>user\nBye<|im_end|>\n<|im_start|>assistant\n"
+        );
+        assert_eq!(
+            render("llama3", &m),
+            "<BOS><|start_header_id|>system<|end_header_id|>\n\nBe brief.<|eot_id|>\
+             <|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|>\
+             <|start_header_id|>assistant<|end_header_id|>\n\nHello.<|eot_id|>\
+             <|start_header_id|>user<|end_header_id|>\n\nBye<|eot_id|>\
+             <|start_header_id|>assistant<|end_header_id|>\n\n"
+        );
+        assert_eq!(
+            render("gemma", &m),
+            "<BOS><start_of_turn>user\nBe brief.\n\nHi<end_of_turn>\n<start_of_turn>model\nHello.<end_of_turn>\n\
+             <start_of_turn>user\nBye<end_of_turn>\n<start_of_turn>model\n"
+        );
+        assert_eq!(
+            render("phi3", &m[1..]),
+            "<|user|>\nHi <|end|>\n<|assistant|>\nHello.<|end|>\n<|user|>\nBye<|end|>\n<|assistant|>\n"
+        );
+        // Any other text is a template of its own.
+        assert_eq!(render("{{ messages[0]['content'] }}!", &m), "Be brief.!");
+    }
 
     #[test]
     fn renders_python_style_templates_and_refuses_runaways() {

