@@ -183,10 +183,9 @@ fn mul_mat_packed(p: &PackedWeight, a: &StepArgs<'_>, ctx: &Ctx<'_>) {
     if ctx.barrier().is_err() {
         return;
     }
-    let chunk = group_chunk(p.n_groups(), ctx.nth);
-    while let Some(groups) = a.claim(p.n_groups(), chunk) {
+    a.for_shares(p.n_groups(), ctx.ith, ctx.nth, |groups| {
         // SAFETY: the work buffer holds every activation row (barrier above); dst is
-        // contiguous F32 with `rows` rows of n_rows values, and the claimed groups' columns
+        // contiguous F32 with `rows` rows of n_rows values, and the handed-out groups' columns
         // are this thread's alone.
         unsafe {
             p.matmul_raw(
@@ -198,15 +197,7 @@ fn mul_mat_packed(p: &PackedWeight, a: &StepArgs<'_>, ctx: &Ctx<'_>) {
                 groups,
             )
         };
-    }
-}
-
-/// Groups a thread claims at a time in a packed product: about 8 claims a thread, so a
-/// thread that a busy sibling core slows down hands the rest of its share to the others
-/// (SmolLM2 decode on 2 threads spent ~12% of its time waiting at the end of products
-/// split evenly in advance).
-fn group_chunk(groups: usize, nth: usize) -> usize {
-    groups.div_ceil(8 * nth).max(1)
+    });
 }
 
 /// Activation rows up to which every thread prepares all of them itself (decode): repeating
@@ -235,10 +226,9 @@ fn mul_mat_packed_few(p: &PackedWeight, a: &StepArgs<'_>, ctx: &Ctx<'_>) {
                 &mut acts[r * arb..][..arb],
             );
         }
-        let chunk = group_chunk(p.n_groups(), ctx.nth);
-        while let Some(groups) = a.claim(p.n_groups(), chunk) {
+        a.for_shares(p.n_groups(), ctx.ith, ctx.nth, |groups| {
             // SAFETY: `acts` holds every prepared row; dst is contiguous F32 with `rows` rows
-            // of n_rows values, and the claimed groups' columns are this thread's alone.
+            // of n_rows values, and the handed-out groups' columns are this thread's alone.
             unsafe {
                 p.matmul_raw(
                     acts.as_ptr(),
@@ -249,7 +239,7 @@ fn mul_mat_packed_few(p: &PackedWeight, a: &StepArgs<'_>, ctx: &Ctx<'_>) {
                     groups,
                 )
             };
-        }
+        });
     });
 }
 
