@@ -69,7 +69,7 @@ fn largest_difference(want: &[Vec<f64>], got: &[f32]) -> f64 {
         .enumerate()
         .flat_map(|(i, row)| row.iter().enumerate().map(move |(j, &w)| (i, j, w)))
         .map(|(i, j, w)| (f64::from(got[i * v + j]) - w).abs())
-        .fold(0f64, f64::max)
+        .fold(0f64, tinynn_core::measure::nan_max)
 }
 
 fn strict() -> ExecOptions {
@@ -162,12 +162,8 @@ fn every_fixture_converts_to_a_gguf_file_that_matches_transformers() {
             GgmlType::F16,
         );
         let got16 = all_logits(f16, &tokens, strict());
-        let worst16 = got16
-            .iter()
-            .zip(&got)
-            .map(|(a, b)| (a - b).abs())
-            .fold(0f32, f32::max);
-        let scale = got.iter().fold(0f32, |m, x| m.max(x.abs()));
+        let worst16 = tinynn_core::measure::max_abs_diff(&got16, &got);
+        let scale = tinynn_core::measure::max_abs(&got);
         assert!(
             worst16 <= 0.02 * scale,
             "{name}: F16 off by {worst16} (scale {scale})"

@@ -63,17 +63,12 @@ fn greedy_and_largest_difference(
     follow: Arc<Model>,
     prompt: &str,
     n: usize,
-) -> (Vec<u32>, f32) {
+) -> (Vec<u32>, f64) {
     let ids = lead.tokenizer().unwrap().encode(prompt, true).unwrap();
     let mut a = Session::new(lead, 128, exec(false)).unwrap();
     let mut b = Session::new(follow, 128, exec(false)).unwrap();
     let diff = |x: &[f32], y: &[f32]| {
-        let scale = x.iter().fold(0f32, |m, v| m.max(v.abs()));
-        x.iter()
-            .zip(y)
-            .map(|(p, q)| (p - q).abs())
-            .fold(0f32, f32::max)
-            / scale
+        tinynn_core::measure::max_abs_diff(x, y) / tinynn_core::measure::max_abs(x)
     };
     let mut la = a.eval_batch(&ids).unwrap().to_vec();
     let mut worst = diff(&la, b.eval_batch(&ids).unwrap());
@@ -82,7 +77,7 @@ fn greedy_and_largest_difference(
         let t = argmax(&la);
         out.push(t);
         la = a.eval(t).unwrap().to_vec();
-        worst = worst.max(diff(&la, b.eval(t).unwrap()));
+        worst = tinynn_core::measure::nan_max(worst, diff(&la, b.eval(t).unwrap()));
     }
     (out, worst)
 }

@@ -133,12 +133,7 @@ fn check_batched(name: &str) {
         }
     }
     for (seq, (a, t)) in alone.iter().zip(&together).enumerate() {
-        let worst = a
-            .iter()
-            .zip(t)
-            .map(|(x, y)| (x - y).abs())
-            .fold(0f32, f32::max);
-        assert_eq!(a.len(), t.len());
+        let worst = tinynn_core::measure::max_abs_diff(a, t);
         assert!(worst <= 1e-5, "{name}: sequence {seq} differs by {worst}");
     }
 }

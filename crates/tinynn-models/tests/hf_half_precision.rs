@@ -133,12 +133,8 @@ fn greedy(path: &Path, tokens: &[u32]) -> Vec<u32> {
     out
 }
 
-fn largest_difference(a: &[f32], b: &[f32]) -> f32 {
-    assert_eq!(a.len(), b.len());
-    a.iter()
-        .zip(b)
-        .map(|(x, y)| (x - y).abs())
-        .fold(0.0, f32::max)
+fn largest_difference(a: &[f32], b: &[f32]) -> f64 {
+    tinynn_core::measure::max_abs_diff(a, b)
 }
 
 /// `pick` gives each tensor's dtype; `gguf_type` is what `tnn convert` writes the rewritten
@@ -161,7 +157,7 @@ fn check(precision: &str, pick: &dyn Fn(&str, &[usize]) -> Dtype, gguf_type: Ggm
         assert!(d <= 1e-5, "{name} {precision}: strict {d}");
         let fast = logits(&half_dir, false);
         assert!(fast.iter().all(|x| x.is_finite()), "{name} {precision}");
-        let scale = want.iter().fold(0f32, |m, x| m.max(x.abs()));
+        let scale = tinynn_core::measure::max_abs(&want);
         let d = largest_difference(&fast, &want);
         eprintln!("{name} {precision}: normal mode differs by {d:.2e} (largest logit {scale:.2})");
         assert!(d <= 0.05 * scale, "{name} {precision}: normal mode {d}");

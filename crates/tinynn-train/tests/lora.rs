@@ -5,6 +5,7 @@
 
 use std::path::Path;
 
+use tinynn_core::measure::{max_abs, max_abs_diff};
 use tinynn_cpu::ExecOptions;
 use tinynn_format::gguf::{GgufFile, Value};
 use tinynn_format::GgmlType;
@@ -197,11 +198,7 @@ fn qlora_trains_only_the_adapter_and_exports_it() {
         }),
         &file,
     );
-    let diff = one
-        .iter()
-        .zip(&base)
-        .map(|(a, b)| (a - b).abs())
-        .fold(0f32, f32::max);
+    let diff = max_abs_diff(&one, &base);
     assert!(diff > 1e-3, "the adapter changes the logits ({diff})");
 
     // Several adapters add up: the adapter at 0.25 and at 0.75 is the adapter at 1 (within
@@ -211,19 +208,14 @@ fn qlora_trains_only_the_adapter_and_exports_it() {
         adapter: adapter.clone(),
         scale,
     };
-    let max_err = |x: &[f32], y: &[f32]| {
-        x.iter()
-            .zip(y)
-            .map(|(a, b)| (a - b).abs())
-            .fold(0f32, f32::max)
-    };
+    let max_err = max_abs_diff;
     let split = logits_of(vec![at(0.25), at(0.75)], &file);
     let cancel = logits_of(vec![at(1.0), at(-1.0)], &file);
     eprintln!(
         "adapter effect {diff}, split {}, cancel {}, logit scale {}",
         max_err(&split, &one),
         max_err(&cancel, &base),
-        one.iter().map(|x| x.abs()).fold(0f32, f32::max)
+        max_abs(&one)
     );
     assert!(
         max_err(&split, &one) < 0.01 * diff,
@@ -251,12 +243,8 @@ fn qlora_trains_only_the_adapter_and_exports_it() {
         "tensors without an adapter keep their type"
     );
     let m = logits(None, &mf);
-    let scale = one.iter().map(|x| x.abs()).fold(0f32, f32::max);
-    let err = m
-        .iter()
-        .zip(&one)
-        .map(|(a, b)| (a - b).abs())
-        .fold(0f32, f32::max);
+    let scale = max_abs(&one);
+    let err = max_abs_diff(&m, &one);
     // The adapted model reads Q8_0 weights with quantized activations; the merged one F32.
     assert!(
         err <= 0.02 * scale,
