@@ -60,16 +60,70 @@ fn every_malformed_file_gets_its_typed_error() {
     );
 }
 
+/// The files of `fuzz/corpus/NAME` (the seeds and what `cargo fuzz` kept), sorted.
+fn fuzz_corpus(name: &str) -> Vec<(std::path::PathBuf, Vec<u8>)> {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../fuzz/corpus")
+        .join(name);
+    let mut files: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .map(|e| e.unwrap().path())
+        .map(|p| {
+            let bytes = std::fs::read(&p).unwrap();
+            (p, bytes)
+        })
+        .collect();
+    files.sort();
+    assert!(!files.is_empty(), "no files in {}", dir.display());
+    files
+}
+
 #[test]
 fn the_committed_fuzz_corpus_never_panics() {
-    // Files found by `cargo fuzz` (and the seeds) live under fuzz/corpus; valid ones may parse.
-    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fuzz/corpus/gguf");
-    let mut n = 0;
-    for entry in std::fs::read_dir(&dir).expect("fuzz/corpus/gguf exists") {
-        let bytes = std::fs::read(entry.unwrap().path()).unwrap();
+    // Valid files may parse; nothing panics.
+    for (_, bytes) in fuzz_corpus("gguf") {
         let _ = Gguf::parse(&bytes);
         let _ = tinynn_format::safetensors::SafetensorsHeader::parse(&bytes);
-        n += 1;
     }
-    assert!(n > 0, "no files in {}", dir.display());
+}
+
+/// The safetensors target's corpus, through its checks: an error, or tensors inside the input.
+#[test]
+fn the_safetensors_fuzz_corpus_parses_within_its_bytes() {
+    let mut parsed = 0;
+    for (path, bytes) in fuzz_corpus("safetensors") {
+        let Ok(h) = tinynn_format::safetensors::SafetensorsHeader::parse(&bytes) else {
+            continue;
+        };
+        for t in &h.tensors {
+            let end = t.data_start.checked_add(t.n_bytes);
+            assert!(
+                end.is_some_and(|e| e <= bytes.len()),
+                "{}: a tensor past the end",
+                path.display()
+            );
+        }
+        parsed += 1;
+    }
+    assert!(parsed >= 3, "the valid seeds parse: {parsed}");
+}
+
+/// The hf_config target's corpus: config.json text gives a config or an error, never a panic,
+/// and the real configs among the seeds give a model config.
+#[test]
+fn the_hf_config_fuzz_corpus_never_panics() {
+    use tinynn_format::hf_config::HfConfig;
+    use tinynn_format::model_config::ModelConfig;
+    let mut configs = 0;
+    for (_, bytes) in fuzz_corpus("hf_config") {
+        let Ok(text) = std::str::from_utf8(&bytes) else {
+            continue;
+        };
+        if let Ok(c) = HfConfig::from_json(text) {
+            if ModelConfig::from_hf(&c).is_ok() {
+                configs += 1;
+            }
+        }
+    }
+    assert!(configs >= 2, "the seed configs load: {configs}");
 }
