@@ -497,7 +497,7 @@ fn f32_products_blocked_sizes() {
 /// pair. Without AVX-512 BF16 the option leaves them f32.
 #[test]
 fn f32_products_in_bf16() {
-    use tinynn_cpu::simd::{bf16_available, bf16_bits};
+    use tinynn_cpu::simd::{bf16_available, bf16_bits, required_by_test};
     use tinynn_cpu::{ExecOptions, Executor, Memory};
     let bf = |x: f32| f32::from_bits(u32::from(bf16_bits(x)) << 16);
     assert_eq!(bf16_bits(1.0 + 1.0 / 256.0), 0x3f80); // a tie: to even
@@ -611,7 +611,7 @@ fn f32_products_in_bf16() {
         for threads in [1, 2, 3] {
             let got = run(g, *y, inputs, threads);
             let (er, ef) = (common::nmse(&got, rounded), common::nmse(&got, exact));
-            if bf16_available() {
+            if required_by_test("AVX-512 BF16 products", bf16_available()) {
                 assert!(er <= TOL, "{name} bf16 ({threads} threads): NMSE {er:e}");
                 assert!(
                     ef > 10.0 * er,

@@ -9,6 +9,7 @@ use std::sync::Arc;
 use tinynn_core::graph::Graph;
 use tinynn_core::quant;
 use tinynn_cpu::packed::{self, PackedWeight, ACT_BLOCK_BYTES};
+use tinynn_cpu::simd::required_by_test;
 use tinynn_cpu::{Executor, Memory};
 use tinynn_format::GgmlType;
 
@@ -217,8 +218,7 @@ fn run_graph_packing(
 
 #[test]
 fn executor_gives_the_same_product_with_a_packed_copy() {
-    if !packed::available() {
-        eprintln!("no AVX-512 VNNI: packed kernels not used on this machine");
+    if !required_by_test("the packed AVX-512 VNNI kernels", packed::available()) {
         return;
     }
     for ty in FORMATS.into_iter().filter(|&t| packed::packs(t)) {
@@ -250,7 +250,7 @@ fn executor_gives_the_same_product_with_a_packed_copy() {
 /// planner's work buffer is large enough for its activations).
 #[test]
 fn the_executor_uses_the_packed_copy() {
-    if !packed::available() {
+    if !required_by_test("the packed AVX-512 VNNI kernels", packed::available()) {
         return;
     }
     for ty in FORMATS.into_iter().filter(|&t| packed::packs(t)) {
@@ -311,7 +311,7 @@ fn unpacking_gives_back_the_file_bytes() {
 /// without them.
 #[test]
 fn a_packed_copy_can_stand_in_for_dropped_bytes() {
-    if !packed::available() {
+    if !required_by_test("the packed AVX-512 VNNI kernels", packed::available()) {
         return;
     }
     let (k, n, m) = (64, 40, 5);

@@ -248,7 +248,7 @@ mod tests {
     #[cfg(target_arch = "x86_64")]
     #[test]
     fn adamw_avx512_is_bit_identical() {
-        if !crate::simd::vexp::available() {
+        if !crate::simd::required_by_test("AVX-512 AdamW", crate::simd::vexp::available()) {
             return;
         }
         let n = 16 * 37 + 5;

@@ -378,6 +378,10 @@ mod tests {
     /// head counts, sizes, masks (skipped and biased rows), softcap and row strides.
     #[test]
     fn fast_path_equals_generic_bit_for_bit() {
+        let fast = crate::simd::Isa::detected() >= crate::simd::Isa::Avx512Vnni;
+        if !crate::simd::required_by_test("the AVX-512 decode attention", fast) {
+            return;
+        }
         let mut seed = Rng::new(0x9E37_79B9_7F4A_7C15);
         for &(n, d, dv, n_rows) in &[
             (1, 64, 64, 1),

@@ -71,8 +71,10 @@ mod tests {
     /// that the order of the additions shows), and the single sum is the halving tree.
     #[test]
     fn x16_equals_single_sums_bit_for_bit() {
-        if !std::arch::is_x86_feature_detected!("avx512f") {
-            eprintln!("skipped: no AVX-512 on this machine");
+        if !crate::simd::required_by_test(
+            "AVX-512 F",
+            std::arch::is_x86_feature_detected!("avx512f"),
+        ) {
             return;
         }
         let mut rng = tinynn_core::rng::Rng::new(0x2545_F491_4F6C_DD1D);

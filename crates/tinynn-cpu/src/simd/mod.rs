@@ -104,6 +104,26 @@ impl Isa {
     }
 }
 
+/// For tests of kernels that need `what` (`present`: whether this run can use them): true when
+/// they can be tested. When they cannot, a test must not pass without testing anything: this
+/// panics, saying so, unless `TINYNN_ISA` is set — the run caps the instruction set on purpose
+/// (`TINYNN_ISA=avx2` on an AVX-512 machine, or on a CPU without AVX-512 to test what it has);
+/// then it says on stderr what goes untested and returns false.
+pub fn required_by_test(what: &str, present: bool) -> bool {
+    if present {
+        return true;
+    }
+    match std::env::var("TINYNN_ISA") {
+        Ok(cap) => {
+            eprintln!("TINYNN_ISA={cap}: {what} not tested in this run");
+            false
+        }
+        Err(_) => panic!(
+            "{what} cannot run here (the CPU lacks it), so its test would pass without              testing anything; set TINYNN_ISA=avx2 or TINYNN_ISA=scalar to test a lower level              on purpose"
+        ),
+    }
+}
+
 /// The reference kernel (any supported format).
 fn scalar(ty: GgmlType) -> Option<DotFn> {
     macro_rules! reference {

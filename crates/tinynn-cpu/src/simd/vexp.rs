@@ -1,7 +1,11 @@
-//! `exp` for 16 f32 lanes at once, computed in f64 and rounded once, so each lane equals the
-//! correctly rounded `expf` — what the C library's `expf` (and so `f32::exp`) returns — except
-//! when the exact value lies within about 1e-13 (relative) of a rounding boundary. Kernels that
-//! switch from scalar `exp` to this keep their results.
+//! `exp` of f32 values computed in f64 and rounded once, so each result is the correctly rounded
+//! exp except when the exact value lies within about 1e-13 (relative) of a rounding boundary
+//! (the C library's `expf`, and so `f32::exp`, misses it by one unit in the last place for
+//! about 1 input in 2,000). One algorithm — clamp, `n = round(x·log2 e)`, `r = x − n·ln2` in two
+//! fused steps, a degree-11 Taylor polynomial by fused Horner steps, times `2^n` — written three
+//! times with the same IEEE operations in the same order: 16 lanes with AVX-512 ([`exp16`]),
+//! 8 lanes with AVX2 + FMA (`exp8_avx2`), one value in scalar code ([`exp_f32`]). So every
+//! instruction set, and every row's tail, gives the same bits.
 
 #[cfg(target_arch = "x86_64")]
 use std::arch::x86_64::*;
@@ -44,19 +48,7 @@ unsafe fn exp8_f64(x: __m512d) -> __m512d {
     let r = _mm512_fnmadd_pd(n, _mm512_set1_pd(LN2_LO), r);
     // exp(r), |r| ≤ 0.347: Taylor to degree 11 (truncation < 1e-15 relative), Horner.
     let mut p = _mm512_set1_pd(1.0 / 39_916_800.0);
-    for c in [
-        1.0 / 3_628_800.0,
-        1.0 / 362_880.0,
-        1.0 / 40_320.0,
-        1.0 / 5_040.0,
-        1.0 / 720.0,
-        1.0 / 120.0,
-        1.0 / 24.0,
-        1.0 / 6.0,
-        0.5,
-        1.0,
-        1.0,
-    ] {
+    for c in TAYLOR {
         p = _mm512_fmadd_pd(p, r, _mm512_set1_pd(c));
     }
     let y = _mm512_scalef_pd(p, n);
@@ -69,27 +61,142 @@ unsafe fn exp8_f64(x: __m512d) -> __m512d {
 const LN2_HI: f64 = f64::from_bits(0x3FE6_2E42_FEE0_0000);
 const LN2_LO: f64 = f64::from_bits(0x3DEA_39EF_3579_3C76);
 
+/// The scalar twin of `exp8_f64`, operation for operation (fused steps by `mul_add`).
+fn exp_f64_scalar(x: f64) -> f64 {
+    if x.is_nan() {
+        return x;
+    }
+    let xc = x.clamp(-120.0, 100.0);
+    let n = (xc * std::f64::consts::LOG2_E).round_ties_even();
+    let r = (-n).mul_add(LN2_HI, xc);
+    let r = (-n).mul_add(LN2_LO, r);
+    let mut p: f64 = 1.0 / 39_916_800.0;
+    for c in TAYLOR {
+        p = p.mul_add(r, c);
+    }
+    // n is in [−174, 145]: 2^n is a normal f64 and the product is exact.
+    p * f64::from_bits(((n as i64 + 1023) as u64) << 52)
+}
+
+/// `exp(x)` rounded once to f32: the value every vector lane of this module gives for `x`.
+pub fn exp_f32(x: f32) -> f32 {
+    exp_f64_scalar(f64::from(x)) as f32
+}
+
+/// The Taylor coefficients after the leading 1/11!, highest degree first.
+const TAYLOR: [f64; 11] = [
+    1.0 / 3_628_800.0,
+    1.0 / 362_880.0,
+    1.0 / 40_320.0,
+    1.0 / 5_040.0,
+    1.0 / 720.0,
+    1.0 / 120.0,
+    1.0 / 24.0,
+    1.0 / 6.0,
+    0.5,
+    1.0,
+    1.0,
+];
+
+/// The AVX2 twin of `exp8_f64` for 4 lanes (`2^n` built in the exponent bits instead of
+/// `scalef`; both are exact here).
+#[cfg(target_arch = "x86_64")]
+#[inline]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn exp4_f64_avx2(x: __m256d) -> __m256d {
+    let xc = _mm256_min_pd(
+        _mm256_max_pd(x, _mm256_set1_pd(-120.0)),
+        _mm256_set1_pd(100.0),
+    );
+    let n = _mm256_round_pd::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(_mm256_mul_pd(
+        xc,
+        _mm256_set1_pd(std::f64::consts::LOG2_E),
+    ));
+    let r = _mm256_fnmadd_pd(n, _mm256_set1_pd(LN2_HI), xc);
+    let r = _mm256_fnmadd_pd(n, _mm256_set1_pd(LN2_LO), r);
+    let mut p = _mm256_set1_pd(1.0 / 39_916_800.0);
+    for c in TAYLOR {
+        p = _mm256_fmadd_pd(p, r, _mm256_set1_pd(c));
+    }
+    // 2^n: (n + 1023) in the exponent field; n is integral in [−174, 145].
+    let bits = _mm256_slli_epi64::<52>(_mm256_add_epi64(
+        _mm256_cvtepi32_epi64(_mm256_cvtpd_epi32(n)),
+        _mm256_set1_epi64x(1023),
+    ));
+    let y = _mm256_mul_pd(p, _mm256_castsi256_pd(bits));
+    // NaN stays NaN (min/max above replaced it).
+    _mm256_blendv_pd(y, x, _mm256_cmp_pd::<_CMP_UNORD_Q>(x, x))
+}
+
+/// `exp` of 8 f32 lanes with AVX2 + FMA, equal bit for bit to [`exp16`]'s lanes.
+///
+/// # Safety
+/// AVX2 and FMA present.
+#[cfg(target_arch = "x86_64")]
+#[inline]
+#[target_feature(enable = "avx2,fma")]
+pub(crate) unsafe fn exp8_avx2(x: __m256) -> __m256 {
+    let lo = exp4_f64_avx2(_mm256_cvtps_pd(_mm256_castps256_ps128(x)));
+    let hi = exp4_f64_avx2(_mm256_cvtps_pd(_mm256_extractf128_ps::<1>(x)));
+    _mm256_set_m128(_mm256_cvtpd_ps(hi), _mm256_cvtpd_ps(lo))
+}
+
 /// Whether [`exp16`] can run here.
 pub(crate) fn available() -> bool {
     super::Isa::detected() >= super::Isa::Avx512Vnni
 }
 
-/// `exp16` over a slice (tests; falls back to `f32::exp` without AVX-512).
-pub fn exp_slice(xs: &mut [f32]) {
-    #[cfg(target_arch = "x86_64")]
+/// Whether `exp8_avx2` can run here (and the row kernels take their AVX2 paths).
+fn avx2_available() -> bool {
+    super::Isa::detected() >= super::Isa::Avx2
+}
+
+/// The widest lane count the row kernels use here: 16, 8, or 1 (scalar).
+fn lanes() -> usize {
     if available() {
-        let mut chunks = xs.chunks_exact_mut(16);
-        for c in &mut chunks {
-            // SAFETY: AVX-512F checked; 16 f32s.
-            unsafe { _mm512_storeu_ps(c.as_mut_ptr(), exp16(_mm512_loadu_ps(c.as_ptr()))) };
-        }
-        for x in chunks.into_remainder() {
-            *x = x.exp();
-        }
-        return;
+        16
+    } else if avx2_available() {
+        8
+    } else {
+        1
     }
-    for x in xs {
-        *x = x.exp();
+}
+
+/// [`exp_f32`] over a slice, 16 or 8 lanes at a time where the CPU allows (the same bits
+/// either way).
+pub fn exp_slice(xs: &mut [f32]) {
+    let ptr = xs.as_mut_ptr();
+    for_lanes(xs.len(), |i, w| {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: `for_lanes` hands out i + w ≤ len; w = 16 needs AVX-512F, w = 8 AVX2 + FMA,
+        // which it checked.
+        unsafe {
+            match w {
+                16 => _mm512_storeu_ps(ptr.add(i), exp16(_mm512_loadu_ps(ptr.add(i)))),
+                8 => _mm256_storeu_ps(ptr.add(i), exp8_avx2(_mm256_loadu_ps(ptr.add(i)))),
+                _ => *ptr.add(i) = exp_f32(*ptr.add(i)),
+            }
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        // SAFETY: i < len.
+        unsafe {
+            *ptr.add(i) = exp_f32(*ptr.add(i))
+        }
+    });
+}
+
+/// Calls `f(i, w)` over `0..n` in steps of the widest lane count `w` this CPU runs
+/// ([`lanes`]), then `f(i, 1)` for the tail.
+fn for_lanes(n: usize, mut f: impl FnMut(usize, usize)) {
+    let w = lanes();
+    let mut i = 0;
+    while i + w <= n {
+        f(i, w);
+        i += w;
+    }
+    while i < n {
+        f(i, 1);
+        i += 1;
     }
 }
 
@@ -344,73 +451,108 @@ pub fn row_max(row: &[f32]) -> f32 {
     m.iter().fold(tail, |a, &v| if v > a { v } else { a })
 }
 
-/// `out[i] = silu(g[i]) · u[i]` (SwiGLU) over `n` values; `out` may be `g` or `u`.
+/// SwiGLU for one value: `silu(g)·u = g / (1 + exp(−g)) · u`, with [`exp_f32`].
+pub fn swiglu_one(g: f32, u: f32) -> f32 {
+    g / (1.0 + exp_f32(-g)) * u
+}
+
+/// `out[i] = silu(g[i]) · u[i]` (SwiGLU) over `n` values; `out` may be `g` or `u`. Each value
+/// is [`swiglu_one`]'s, 16 or 8 at a time where the CPU allows.
 ///
 /// # Safety
 /// `g`, `u` and `out` point to `n` f32s.
 pub(crate) unsafe fn swiglu_row(g: *const f32, u: *const f32, out: *mut f32, n: usize) {
-    let mut i = 0;
-    #[cfg(target_arch = "x86_64")]
-    if available() {
-        // SAFETY: AVX-512F checked; pointers from the caller.
-        i = unsafe { swiglu_avx512(g, u, out, n) };
-    }
-    for j in i..n {
-        // SAFETY: j < n.
+    for_lanes(n, |i, w| {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: i + w ≤ n values at each pointer; w = 16 needs AVX-512F, w = 8 AVX2 + FMA
+        // (checked by `for_lanes`).
         unsafe {
-            let x = *g.add(j);
-            *out.add(j) = x / (1.0 + (-x).exp()) * *u.add(j);
+            match w {
+                16 => swiglu16(g.add(i), u.add(i), out.add(i)),
+                8 => swiglu8(g.add(i), u.add(i), out.add(i)),
+                _ => *out.add(i) = swiglu_one(*g.add(i), *u.add(i)),
+            }
         }
+        #[cfg(not(target_arch = "x86_64"))]
+        // SAFETY: i < n.
+        unsafe {
+            *out.add(i) = swiglu_one(*g.add(i), *u.add(i))
+        }
+    });
+}
+
+/// `swiglu_row` for slices (tests of the vector paths against [`swiglu_one`]).
+pub fn swiglu_slices(g: &[f32], u: &[f32], out: &mut [f32]) {
+    let n = g.len();
+    assert!(u.len() == n && out.len() == n);
+    // SAFETY: three slices of n values.
+    unsafe { swiglu_row(g.as_ptr(), u.as_ptr(), out.as_mut_ptr(), n) };
+}
+
+/// 16 values of [`swiglu_row`].
+#[cfg(target_arch = "x86_64")]
+#[inline]
+#[target_feature(enable = "avx512f")]
+unsafe fn swiglu16(g: *const f32, u: *const f32, out: *mut f32) {
+    // SAFETY: 16 values at each pointer (caller).
+    unsafe {
+        let x = _mm512_loadu_ps(g);
+        let e = exp16(_mm512_sub_ps(_mm512_setzero_ps(), x));
+        let s = _mm512_div_ps(x, _mm512_add_ps(_mm512_set1_ps(1.0), e));
+        _mm512_storeu_ps(out, _mm512_mul_ps(s, _mm512_loadu_ps(u)));
     }
 }
 
-/// Whole 16-value chunks of [`swiglu_row`]; returns how many values it did.
+/// 8 values of [`swiglu_row`] with AVX2.
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f")]
-unsafe fn swiglu_avx512(g: *const f32, u: *const f32, out: *mut f32, n: usize) -> usize {
-    let one = _mm512_set1_ps(1.0);
-    let mut i = 0;
-    while i + 16 <= n {
-        // SAFETY: i + 16 ≤ n values at each pointer.
-        unsafe {
-            let x = _mm512_loadu_ps(g.add(i));
-            let e = exp16(_mm512_sub_ps(_mm512_setzero_ps(), x));
-            let s = _mm512_div_ps(x, _mm512_add_ps(one, e));
-            _mm512_storeu_ps(out.add(i), _mm512_mul_ps(s, _mm512_loadu_ps(u.add(i))));
-        }
-        i += 16;
+#[inline]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn swiglu8(g: *const f32, u: *const f32, out: *mut f32) {
+    // SAFETY: 8 values at each pointer (caller).
+    unsafe {
+        let x = _mm256_loadu_ps(g);
+        let e = exp8_avx2(_mm256_sub_ps(_mm256_setzero_ps(), x));
+        let s = _mm256_div_ps(x, _mm256_add_ps(_mm256_set1_ps(1.0), e));
+        _mm256_storeu_ps(out, _mm256_mul_ps(s, _mm256_loadu_ps(u)));
     }
-    i
 }
 
 /// The scalar formula of the GeGLU row kernel for one value: `gelu_tanh(g)·u`, GELU's tanh form
 /// written as `g / (1 + exp(−2·c·(g + 0.044715·g³)))`, `c = sqrt(2/π)` (the same function as
-/// `0.5·g·(1 + tanh(c·(g + 0.044715·g³)))`).
+/// `0.5·g·(1 + tanh(c·(g + 0.044715·g³)))`), with [`exp_f32`].
 pub fn geglu_one(g: f32, u: f32) -> f32 {
-    const C2: f32 = 2.0 * 0.797_884_6;
-    let z = C2 * g * (1.0 + 0.044715 * g * g);
-    g / (1.0 + (-z).exp()) * u
+    const C2: f32 = -2.0 * 0.797_884_6;
+    // −z = −2c·g·(1 + a·g²), in the vector kernels' order of operations.
+    let nz = C2 * g * (1.0 + 0.044715 * g * g);
+    g / (1.0 + exp_f32(nz)) * u
 }
 
-/// `out[i] = gelu_tanh(g[i])·u[i]` for `n` values; 16 at a time with AVX-512 (each lane
-/// [`geglu_one`]'s formula with a correctly rounded exp).
+/// `out[i] = gelu_tanh(g[i])·u[i]` for `n` values: each [`geglu_one`]'s, 16 or 8 at a time
+/// where the CPU allows.
 ///
 /// # Safety
 /// `g`, `u`, `out` point to `n` f32s; `out` may equal `g` or `u`.
 pub(crate) unsafe fn geglu_row(g: *const f32, u: *const f32, out: *mut f32, n: usize) {
-    let mut i = 0;
-    #[cfg(target_arch = "x86_64")]
-    if available() {
-        // SAFETY: AVX-512F checked; pointers from the caller.
-        i = unsafe { geglu_avx512(g, u, out, n) };
-    }
-    for j in i..n {
-        // SAFETY: j < n.
-        unsafe { *out.add(j) = geglu_one(*g.add(j), *u.add(j)) };
-    }
+    for_lanes(n, |i, w| {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: i + w ≤ n values at each pointer; w = 16 needs AVX-512F, w = 8 AVX2 + FMA
+        // (checked by `for_lanes`).
+        unsafe {
+            match w {
+                16 => geglu16(g.add(i), u.add(i), out.add(i)),
+                8 => geglu8(g.add(i), u.add(i), out.add(i)),
+                _ => *out.add(i) = geglu_one(*g.add(i), *u.add(i)),
+            }
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        // SAFETY: i < n.
+        unsafe {
+            *out.add(i) = geglu_one(*g.add(i), *u.add(i))
+        }
+    });
 }
 
-/// `geglu_row` for slices (tests of the SIMD path against [`geglu_one`]).
+/// `geglu_row` for slices (tests of the vector paths against [`geglu_one`]).
 pub fn geglu_slices(g: &[f32], u: &[f32], out: &mut [f32]) {
     let n = g.len();
     assert!(u.len() == n && out.len() == n);
@@ -418,26 +560,178 @@ pub fn geglu_slices(g: &[f32], u: &[f32], out: &mut [f32]) {
     unsafe { geglu_row(g.as_ptr(), u.as_ptr(), out.as_mut_ptr(), n) };
 }
 
-/// Whole 16-value chunks of [`geglu_row`]; returns how many values it did.
+/// 16 values of [`geglu_row`].
 #[cfg(target_arch = "x86_64")]
+#[inline]
 #[target_feature(enable = "avx512f")]
-unsafe fn geglu_avx512(g: *const f32, u: *const f32, out: *mut f32, n: usize) -> usize {
-    let one = _mm512_set1_ps(1.0);
-    let c2 = _mm512_set1_ps(-2.0 * 0.797_884_6);
-    let a = _mm512_set1_ps(0.044715);
-    let mut i = 0;
-    while i + 16 <= n {
-        // SAFETY: i + 16 ≤ n values at each pointer.
-        unsafe {
-            let x = _mm512_loadu_ps(g.add(i));
-            // −z = −2c·x·(1 + a·x²), in the scalar formula's order of operations.
-            let inner = _mm512_add_ps(one, _mm512_mul_ps(_mm512_mul_ps(a, x), x));
-            let nz = _mm512_mul_ps(_mm512_mul_ps(c2, x), inner);
-            let e = exp16(nz);
-            let s = _mm512_div_ps(x, _mm512_add_ps(one, e));
-            _mm512_storeu_ps(out.add(i), _mm512_mul_ps(s, _mm512_loadu_ps(u.add(i))));
-        }
-        i += 16;
+unsafe fn geglu16(g: *const f32, u: *const f32, out: *mut f32) {
+    // SAFETY: 16 values at each pointer (caller).
+    unsafe {
+        let one = _mm512_set1_ps(1.0);
+        let x = _mm512_loadu_ps(g);
+        let inner = _mm512_add_ps(
+            one,
+            _mm512_mul_ps(_mm512_mul_ps(_mm512_set1_ps(0.044715), x), x),
+        );
+        let nz = _mm512_mul_ps(_mm512_mul_ps(_mm512_set1_ps(-2.0 * 0.797_884_6), x), inner);
+        let s = _mm512_div_ps(x, _mm512_add_ps(one, exp16(nz)));
+        _mm512_storeu_ps(out, _mm512_mul_ps(s, _mm512_loadu_ps(u)));
     }
-    i
+}
+
+/// 8 values of [`geglu_row`] with AVX2.
+#[cfg(target_arch = "x86_64")]
+#[inline]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn geglu8(g: *const f32, u: *const f32, out: *mut f32) {
+    // SAFETY: 8 values at each pointer (caller).
+    unsafe {
+        let one = _mm256_set1_ps(1.0);
+        let x = _mm256_loadu_ps(g);
+        let inner = _mm256_add_ps(
+            one,
+            _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(0.044715), x), x),
+        );
+        let nz = _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(-2.0 * 0.797_884_6), x), inner);
+        let s = _mm256_div_ps(x, _mm256_add_ps(one, exp8_avx2(nz)));
+        _mm256_storeu_ps(out, _mm256_mul_ps(s, _mm256_loadu_ps(u)));
+    }
+}
+
+#[cfg(all(test, target_arch = "x86_64"))]
+mod tests {
+    use super::*;
+    use crate::simd::{required_by_test, Isa};
+
+    /// Inputs over the whole range, tails of the polynomial's interval, specials.
+    fn inputs() -> Vec<f32> {
+        let mut xs: Vec<f32> = (0..200_000)
+            .map(|i| -130.0 + 240.0 * i as f32 / 200_000.0)
+            .collect();
+        let mut state = 0x2545_F491_4F6C_DD1Du64;
+        xs.extend((0..50_000).map(|_| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            f32::from_bits(state as u32)
+        }));
+        xs.extend([
+            0.0,
+            -0.0,
+            f32::INFINITY,
+            f32::NEG_INFINITY,
+            f32::NAN,
+            f32::MIN_POSITIVE,
+            f32::MAX,
+            f32::MIN,
+            88.72283,
+            88.72284,
+            -87.33654,
+            -103.97208,
+            -120.0,
+            100.0,
+        ]);
+        while !xs.len().is_multiple_of(16) {
+            xs.push(0.5);
+        }
+        xs
+    }
+
+    fn same(a: f32, b: f32) -> bool {
+        a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan())
+    }
+
+    #[test]
+    fn exp_is_the_same_bits_on_every_instruction_set() {
+        let xs = inputs();
+        let want: Vec<f32> = xs.iter().map(|&x| exp_f32(x)).collect();
+        if required_by_test("AVX2 + FMA", Isa::available().contains(&Isa::Avx2)) {
+            for (c, w) in xs.chunks_exact(8).zip(want.chunks_exact(8)) {
+                let mut got = [0f32; 8];
+                // SAFETY: AVX2 + FMA present; 8 values.
+                unsafe {
+                    _mm256_storeu_ps(got.as_mut_ptr(), exp8_avx2(_mm256_loadu_ps(c.as_ptr())))
+                };
+                for ((&x, &g), &w) in c.iter().zip(&got).zip(w) {
+                    assert!(same(g, w), "avx2 exp({x}) = {g}, scalar {w}");
+                }
+            }
+        }
+        if required_by_test("AVX-512 F", Isa::available().contains(&Isa::Avx512Vnni)) {
+            for (c, w) in xs.chunks_exact(16).zip(want.chunks_exact(16)) {
+                let mut got = [0f32; 16];
+                // SAFETY: AVX-512F present; 16 values.
+                unsafe { _mm512_storeu_ps(got.as_mut_ptr(), exp16(_mm512_loadu_ps(c.as_ptr()))) };
+                for ((&x, &g), &w) in c.iter().zip(&got).zip(w) {
+                    assert!(same(g, w), "avx512 exp({x}) = {g}, scalar {w}");
+                }
+            }
+        }
+        // And the scalar one is exp: within an ulp of f64's exp rounded once (exact but for
+        // the clamped ends, where both are 0 or +inf anyway).
+        for (&x, &w) in xs.iter().zip(&want) {
+            let exact = (f64::from(x)).exp() as f32;
+            assert!(same(w, exact), "exp({x}) = {w}, f64 exp rounded {exact}");
+        }
+    }
+
+    #[test]
+    fn glu_rows_are_the_same_bits_on_every_instruction_set() {
+        let g: Vec<f32> = inputs()
+            .into_iter()
+            .map(|x| {
+                if x.is_finite() {
+                    x.clamp(-40.0, 40.0)
+                } else {
+                    x
+                }
+            })
+            .collect();
+        let u: Vec<f32> = (0..g.len()).map(|i| (i % 97) as f32 / 13.0 - 3.0).collect();
+        type Wide = unsafe fn(*const f32, *const f32, *mut f32);
+        type Kernel = (&'static str, fn(f32, f32) -> f32, Wide, Wide);
+        let kernels: [Kernel; 2] = [
+            ("swiglu", swiglu_one, swiglu8, swiglu16),
+            ("geglu", geglu_one, geglu8, geglu16),
+        ];
+        for (name, one, k8, k16) in kernels {
+            let want: Vec<f32> = g.iter().zip(&u).map(|(&a, &b)| one(a, b)).collect();
+            for (w, present) in [
+                (8, Isa::available().contains(&Isa::Avx2)),
+                (16, Isa::available().contains(&Isa::Avx512Vnni)),
+            ] {
+                if !required_by_test(&format!("{name} with {w} lanes"), present) {
+                    continue;
+                }
+                let mut got = vec![0f32; g.len()];
+                for i in (0..g.len()).step_by(w) {
+                    let k = if w == 8 { k8 } else { k16 };
+                    // SAFETY: the instruction set is present; w values at each pointer.
+                    unsafe { k(g[i..].as_ptr(), u[i..].as_ptr(), got[i..].as_mut_ptr()) };
+                }
+                for i in 0..g.len() {
+                    assert!(
+                        same(got[i], want[i]),
+                        "{name}/{w}({}, {}) = {}, scalar {}",
+                        g[i],
+                        u[i],
+                        got[i],
+                        want[i]
+                    );
+                }
+            }
+            // The row entry point (whatever this run's lanes) with ragged tails.
+            for n in [0, 1, 7, 8, 9, 15, 16, 17, 33, 1000] {
+                let mut out = vec![0f32; n];
+                if name == "swiglu" {
+                    swiglu_slices(&g[..n], &u[..n], &mut out);
+                } else {
+                    geglu_slices(&g[..n], &u[..n], &mut out);
+                }
+                for i in 0..n {
+                    assert!(same(out[i], want[i]), "{name} row of {n}, value {i}");
+                }
+            }
+        }
+    }
 }

@@ -412,7 +412,8 @@ pub struct PackedWeight {
     data: AlignedBuf,
 }
 
-/// Whether this machine runs packed kernels (AVX-512 VNNI, not capped by `TINYNN_ISA`).
+/// Whether this machine runs packed kernels (AVX-512 VNNI, and `TINYNN_ISA` does not cap it
+/// lower).
 pub fn available() -> bool {
     Isa::detected() >= Isa::Avx512Vnni
 }
