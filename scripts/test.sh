@@ -31,6 +31,9 @@ done
 echo "== cargo test --release"
 cargo test --workspace --release
 
+echo "== kernel, executor, training and model-fixture tests at TINYNN_ISA=avx2 and scalar"
+scripts/test-isa-levels.sh
+
 echo "== fuzz corpora replayed with integer overflow checks on (profile overflow)"
 cargo test --profile overflow -p tinynn-format -p tinynn-train --test malformed --test fuzz_corpora
 

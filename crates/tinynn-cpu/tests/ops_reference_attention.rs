@@ -7,6 +7,7 @@ mod common;
 use common::{check, idx, run_i32, Input, Rng};
 use tinynn_core::graph::Graph;
 use tinynn_core::ops::{Rope, RopeMode};
+use tinynn_cpu::simd::Isa;
 use tinynn_format::GgmlType;
 
 const F32: GgmlType = GgmlType::F32;
@@ -121,6 +122,16 @@ fn flash_attn_matches_naive_attention() {
         if let Some(n) = kv_len {
             inputs.push(Input::I32(nt, vec![n as i32]));
         }
+        // An F16 cache read by the one-row path sums the values in f16 as ggml does (each step
+        // rounded to 11 bits), which the blocked f32 path (AVX-512, 64+ rows) does not: measured
+        // NMSE up to 1.6e-6 for the 64-row shape on AVX2 and scalar, where the blocked path
+        // gives < 1e-6.
+        let blocked = n_q >= 64 && Isa::detected() >= Isa::Avx512Vnni;
+        let tol = if cache == GgmlType::F16 && !blocked {
+            4e-6
+        } else {
+            1e-6
+        };
         check(
             &format!("flash_attn d={d} n_q={n_q} {cache} softcap={softcap} kv_len={kv_len:?}"),
             &g,
@@ -128,7 +139,7 @@ fn flash_attn_matches_naive_attention() {
             &inputs,
             &[],
             &want,
-            1e-6,
+            tol,
         );
     }
 }
