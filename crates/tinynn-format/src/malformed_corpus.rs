@@ -514,3 +514,26 @@ pub fn cases() -> Vec<Case> {
     }
     out
 }
+
+/// The files of the committed fuzz corpus `fuzz/corpus/NAME` (the seeds and what `cargo fuzz`
+/// kept), as (path, bytes), sorted by path, for the tests that replay them. Panics when the
+/// folder is missing or empty: a replay of nothing would pass without testing anything.
+pub fn fuzz_corpus(name: &str) -> Vec<(std::path::PathBuf, Vec<u8>)> {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../fuzz/corpus")
+        .join(name);
+    let mut files: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .map(|e| {
+            e.unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+                .path()
+        })
+        .map(|p| {
+            let bytes = std::fs::read(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+            (p, bytes)
+        })
+        .collect();
+    files.sort();
+    assert!(!files.is_empty(), "no files in {}", dir.display());
+    files
+}

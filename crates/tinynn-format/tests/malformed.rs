@@ -4,7 +4,7 @@
 use std::sync::atomic::Ordering;
 
 use tinynn_format::gguf::Gguf;
-use tinynn_format::malformed_corpus::{cases, valid_small_file};
+use tinynn_format::malformed_corpus::{cases, fuzz_corpus, valid_small_file};
 
 #[path = "support/counting_alloc_ffi.rs"]
 mod counting_alloc;
@@ -58,24 +58,6 @@ fn every_malformed_file_gets_its_typed_error() {
         all.len(),
         failures.join("\n")
     );
-}
-
-/// The files of `fuzz/corpus/NAME` (the seeds and what `cargo fuzz` kept), sorted.
-fn fuzz_corpus(name: &str) -> Vec<(std::path::PathBuf, Vec<u8>)> {
-    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../fuzz/corpus")
-        .join(name);
-    let mut files: Vec<_> = std::fs::read_dir(&dir)
-        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
-        .map(|e| e.unwrap().path())
-        .map(|p| {
-            let bytes = std::fs::read(&p).unwrap();
-            (p, bytes)
-        })
-        .collect();
-    files.sort();
-    assert!(!files.is_empty(), "no files in {}", dir.display());
-    files
 }
 
 #[test]

@@ -3,29 +3,13 @@
 //! the same code the targets run: nothing panics, and the seeds that are valid work. The test
 //! command also runs this in the `overflow` profile (release with overflow checks).
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use tinynn_format::gguf::Gguf;
+use tinynn_format::malformed_corpus::fuzz_corpus;
 use tinynn_models::chat::{ChatTemplate, Message};
 use tinynn_models::tokenizer::Tokenizer;
 use tinynn_train::data::parse_messages;
-
-fn corpus(name: &str) -> Vec<(PathBuf, Vec<u8>)> {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../fuzz/corpus")
-        .join(name);
-    let mut v: Vec<_> = std::fs::read_dir(&dir)
-        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
-        .map(|e| e.unwrap().path())
-        .map(|p| {
-            let bytes = std::fs::read(&p).unwrap();
-            (p, bytes)
-        })
-        .collect();
-    v.sort();
-    assert!(!v.is_empty(), "{} is empty", dir.display());
-    v
-}
 
 fn no_panic<T>(path: &Path, f: impl FnOnce() -> T) -> T {
     std::panic::catch_unwind(std::panic::AssertUnwindSafe(f))
@@ -35,7 +19,7 @@ fn no_panic<T>(path: &Path, f: impl FnOnce() -> T) -> T {
 #[test]
 fn chat_templates() {
     let mut rendered = 0;
-    for (path, data) in corpus("chat_template") {
+    for (path, data) in fuzz_corpus("chat_template") {
         no_panic(&path, || {
             let (tpl, rest) = match data.iter().position(|&b| b == 0) {
                 Some(i) => (&data[..i], &data[i + 1..]),
@@ -62,7 +46,7 @@ fn chat_jsonl_lines() {
     let chatml =
         "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}";
     let mut parsed = 0;
-    for (path, data) in corpus("chat_jsonl") {
+    for (path, data) in fuzz_corpus("chat_jsonl") {
         no_panic(&path, || {
             if let Some(m) = std::str::from_utf8(&data)
                 .ok()
@@ -79,7 +63,7 @@ fn chat_jsonl_lines() {
 #[test]
 fn gguf_vocabularies() {
     let mut built = 0;
-    for (path, data) in corpus("tokenizer_gguf") {
+    for (path, data) in fuzz_corpus("tokenizer_gguf") {
         no_panic(&path, || {
             let Ok(g) = Gguf::parse(&data) else { return };
             let _ = tinynn_models::vocab::Vocab::from_gguf(&g);
@@ -103,7 +87,7 @@ fn gguf_vocabularies() {
 #[test]
 fn checkpoints() {
     let mut loaded = 0;
-    for (path, _) in corpus("checkpoint") {
+    for (path, _) in fuzz_corpus("checkpoint") {
         no_panic(&path, || {
             if tinynn_train::checkpoint::load(&path).is_ok() {
                 loaded += 1;
