@@ -3,7 +3,7 @@
 //! (the C library's `expf`, and so `f32::exp`, misses it by one unit in the last place for
 //! about 1 input in 2,000). One algorithm — clamp, `n = round(x·log2 e)`, `r = x − n·ln2` in two
 //! fused steps, a degree-11 Taylor polynomial by fused Horner steps, times `2^n` — written three
-//! times with the same IEEE operations in the same order: 16 lanes with AVX-512 ([`exp16`]),
+//! times with the same IEEE operations in the same order: 16 lanes with AVX-512 (`exp16`),
 //! 8 lanes with AVX2 + FMA (`exp8_avx2`), one value in scalar code ([`exp_f32`]). So every
 //! instruction set, and every row's tail, gives the same bits.
 
