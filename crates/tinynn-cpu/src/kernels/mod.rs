@@ -237,6 +237,7 @@ impl StepArgs<'_> {
             f(start + r.start..start + r.end);
         }
     }
+
     /// Source `i` (the graph builder guarantees the op's sources are present).
     #[inline]
     pub fn src(&self, i: usize) -> RawTensor {
