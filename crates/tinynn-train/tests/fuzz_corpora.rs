@@ -1,5 +1,6 @@
 //! Replays the corpora of the fuzz targets past the parsers (fuzz/corpus/{chat_template,
-//! chat_jsonl, tokenizer_gguf, checkpoint}: the seeds and whatever `cargo fuzz` kept) through
+//! chat_jsonl, tokenizer_gguf, tokenizer_json, checkpoint, lora_adapter, bin_data}: the seeds
+//! and whatever `cargo fuzz` kept) through
 //! the same code the targets run: nothing panics, and the seeds that are valid work. The test
 //! command also runs this in the `overflow` profile (release with overflow checks).
 
@@ -95,4 +96,98 @@ fn checkpoints() {
         });
     }
     assert!(loaded >= 1, "the seed checkpoint loads");
+}
+
+#[test]
+fn tokenizer_json_files() {
+    let mut built = Vec::new();
+    for (path, data) in fuzz_corpus("tokenizer_json") {
+        no_panic(&path, || {
+            let dir = tempfile::tempdir().unwrap();
+            let file = dir.path().join("tokenizer.json");
+            std::fs::write(&file, &data).unwrap();
+            let Ok(tok) = Tokenizer::from_hf_file(&file, None, None) else {
+                return;
+            };
+            let _ = tok.vocab_kind();
+            let ids = tok.encode("Hello wörld 12345 🦀 <s>", true).unwrap();
+            let _ = tok.decode(&ids);
+            let mut s = tok.text_stream(&ids[..ids.len().min(2)]);
+            for &id in &ids {
+                let _ = s.step(&tok, id);
+            }
+            let _ = s.finish(&tok);
+            built.push(path.file_name().unwrap().to_string_lossy().into_owned());
+        });
+    }
+    built.sort();
+    // The sparse one (an id of 2^32 − 1 among two tokens) is refused.
+    assert_eq!(built, ["tiny-llama.json", "unigram.json", "wordpiece.json"]);
+}
+
+#[test]
+fn lora_adapters() {
+    use tinynn_models::lora::{AppliedLora, LoraAdapter};
+    use tinynn_models::model::Model;
+    use tinynn_models::session::{Session, SessionOptions};
+    let model = Model::open(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../tinynn-models/tests/fixtures/tiny-llama"),
+    )
+    .unwrap();
+    let mut applied = 0;
+    for (path, _) in fuzz_corpus("lora_adapter") {
+        no_panic(&path, || {
+            let Ok(adapter) = LoraAdapter::open(&path) else {
+                return;
+            };
+            if adapter.check_base(&model.source()).is_err() {
+                return;
+            }
+            let opts = SessionOptions {
+                n_ctx: 8,
+                lora: vec![AppliedLora::new(adapter, 0.5)],
+                ..SessionOptions::default()
+            };
+            if let Ok(mut s) = Session::with_options(model.clone(), opts) {
+                if s.eval_batch(&[1, 2, 3]).is_ok() {
+                    applied += 1;
+                }
+            }
+        });
+    }
+    assert!(applied >= 1, "the seed adapter applies: {applied}");
+}
+
+#[test]
+fn bin_data_files() {
+    use tinynn_train::data::{BinTokens, Sequences};
+    let mut read = Vec::new();
+    for (path, data) in fuzz_corpus("bin_data") {
+        no_panic(&path, || {
+            let [s, v0, v1, rest @ ..] = &data[..] else {
+                return;
+            };
+            let (seq, vocab) = (
+                usize::from(*s % 64),
+                usize::from(u16::from_le_bytes([*v0, *v1])),
+            );
+            let dir = tempfile::tempdir().unwrap();
+            let file = dir.path().join("data.bin");
+            std::fs::write(&file, rest).unwrap();
+            let Ok(bin) = BinTokens::open(&[file], seq, vocab) else {
+                return;
+            };
+            if bin.check_all().is_err() {
+                return;
+            }
+            let mut inputs = vec![0i32; bin.seq_len()];
+            let mut labels = vec![0i32; bin.seq_len()];
+            for i in 0..bin.len().min(64) {
+                bin.read(i, &mut inputs, &mut labels).unwrap();
+            }
+            read.push(path.file_name().unwrap().to_string_lossy().into_owned());
+        });
+    }
+    // A partial id, an id outside the vocabulary, a negative id and a lone token are refused.
+    assert_eq!(read, ["valid-seq8"]);
 }

@@ -1,0 +1,30 @@
+//! Any file offered as a Hugging Face `tokenizer.json`: an error, or a tokenizer whose ids are
+//! dense and which encodes, decodes and streams — never a panic, never tables sized by one
+//! number in the file.
+#![no_main]
+
+use std::io::Write;
+
+use libfuzzer_sys::fuzz_target;
+use tinynn_models::tokenizer::Tokenizer;
+
+fuzz_target!(|data: &[u8]| {
+    let Ok(mut f) = tempfile::NamedTempFile::new() else {
+        return;
+    };
+    if f.write_all(data).is_err() {
+        return;
+    }
+    let Ok(tok) = Tokenizer::from_hf_file(f.path(), None, None) else {
+        return;
+    };
+    let _ = tok.vocab_kind();
+    if let Ok(ids) = tok.encode("Hello wörld 12345 🦀 <s>", true) {
+        let _ = tok.decode(&ids);
+        let mut s = tok.text_stream(&ids[..ids.len().min(2)]);
+        for &id in &ids {
+            let _ = s.step(&tok, id);
+        }
+        let _ = s.finish(&tok);
+    }
+});
