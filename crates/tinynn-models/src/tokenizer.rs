@@ -278,8 +278,7 @@ impl Tokenizer {
                 path.display()
             )));
         }
-        let inner = HfTokenizer::from_file(path)
-            .map_err(|e| ModelError::Invalid(format!("{}: {e}", path.display())))?;
+        let inner = read_hf_tokenizer(path)?;
         // Ids index tables (`token_strings`, the model's rows): a huge or very sparse id would
         // size them from one number in the file.
         let vocab = inner.get_vocab(true);
@@ -506,5 +505,59 @@ fn special_id(g: &Gguf, key: Key, n_tokens: usize) -> Result<Option<u32>> {
             "{} is {v}, which is not a token id: the vocabulary has {n_tokens} tokens",
             key.resolve("")
         ))),
+    }
+}
+
+/// The `tokenizers` library's reading of a `tokenizer.json`. The text must be JSON first (an
+/// error then says where it is not). The library itself panics on some malformed files (a
+/// syntax error inside the `decoder` object, a bad precompiled normalizer map: found by the
+/// `tokenizer_json` fuzz target), so its reading runs under `catch_unwind` and a panic is this
+/// file's error.
+fn read_hf_tokenizer(path: &std::path::Path) -> Result<HfTokenizer> {
+    let bad = |what: String| ModelError::Invalid(format!("{}: {what}", path.display()));
+    let text = std::fs::read_to_string(path).map_err(|e| bad(e.to_string()))?;
+    if let Err(e) = serde_json::from_str::<serde::de::IgnoredAny>(&text) {
+        return Err(bad(format!("not valid JSON: {e}")));
+    }
+    match std::panic::catch_unwind(|| text.parse::<HfTokenizer>()) {
+        Ok(Ok(t)) => Ok(t),
+        Ok(Err(e)) => Err(bad(e.to_string())),
+        Err(payload) => {
+            let why = payload
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| payload.downcast_ref::<String>().cloned())
+                .unwrap_or_default();
+            Err(bad(format!(
+                "the tokenizers library could not read it ({why}); the file is malformed"
+            )))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fuzz_seed(name: &str) -> std::path::PathBuf {
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../../fuzz/corpus/tokenizer_json")
+            .join(name)
+    }
+
+    /// Files the `tokenizers` library panics on are errors here, each naming the file.
+    #[test]
+    fn tokenizer_json_files_that_panic_the_library_are_errors() {
+        let e = Tokenizer::from_hf_file(&fuzz_seed("crash-decoder-syntax.json"), None, None)
+            .err()
+            .expect("refused");
+        assert!(e.to_string().contains("not valid JSON"), "{e}");
+        assert!(e.to_string().contains("crash-decoder-syntax.json"), "{e}");
+        let e = Tokenizer::from_hf_file(&fuzz_seed("bad-precompiled.json"), None, None)
+            .err()
+            .expect("refused");
+        assert!(e.to_string().contains("could not read it"), "{e}");
+        // The same file with a sound normalizer reads.
+        assert!(Tokenizer::from_hf_file(&fuzz_seed("wordpiece.json"), None, None).is_ok());
     }
 }
