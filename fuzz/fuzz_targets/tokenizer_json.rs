@@ -9,6 +9,13 @@ use libfuzzer_sys::fuzz_target;
 use tinynn_models::tokenizer::Tokenizer;
 
 fuzz_target!(|data: &[u8]| {
+    // The tokenizers library panics on some malformed files; tinynn catches those panics and
+    // returns an error. libFuzzer's panic hook would abort on the caught panic, so the default
+    // hook goes back in: a panic that escapes still ends the run (the harness aborts on it).
+    static HOOK: std::sync::Once = std::sync::Once::new();
+    HOOK.call_once(|| {
+        let _ = std::panic::take_hook();
+    });
     let Ok(mut f) = tempfile::NamedTempFile::new() else {
         return;
     };
