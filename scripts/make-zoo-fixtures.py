@@ -18,7 +18,7 @@ import torch
 from transformers import (Gemma2Config, Gemma2ForCausalLM, Gemma3ForCausalLM, Gemma3TextConfig,
                           GemmaConfig, GemmaForCausalLM, GPT2Config, GPT2LMHeadModel,
                           GPTNeoXConfig, GPTNeoXForCausalLM, MistralConfig, MistralForCausalLM,
-                          Phi3Config, Phi3ForCausalLM)
+                          MixtralConfig, MixtralForCausalLM, Phi3Config, Phi3ForCausalLM)
 
 out_root = sys.argv[1]
 TOKENS = [1, 17, 42, 5, 63, 8, 31, 2, 40, 11, 26, 9, 300, 257]
@@ -104,6 +104,16 @@ models = {
                                       bos_token_id=1, eos_token_id=2, pad_token_id=0,
                                       torch_dtype="float32"),
                            Phi3ForCausalLM),
+    # A mixture of experts: 4 experts a block, each token routed to 2 (softmax over all,
+    # renormalized over the chosen); per-expert matrices in the checkpoint; no window.
+    "tiny-mixtral": (MixtralConfig(vocab_size=320, hidden_size=32, intermediate_size=48,
+                                   num_hidden_layers=2, num_attention_heads=4,
+                                   num_key_value_heads=2, num_local_experts=4,
+                                   num_experts_per_tok=2, max_position_embeddings=128,
+                                   rms_norm_eps=1e-5, rope_theta=10000.0, sliding_window=None,
+                                   tie_word_embeddings=False, bos_token_id=1, eos_token_id=2,
+                                   torch_dtype="float32"),
+                     MixtralForCausalLM),
 }
 LONG_TOKENS = TOKENS + [77, 3, 150, 12, 9, 210, 44, 5, 61, 18]
 

@@ -21,7 +21,8 @@ import torch.nn.functional as F
 from safetensors.torch import save_file
 from transformers import (Gemma2Config, Gemma2ForCausalLM, Gemma3ForCausalLM, Gemma3TextConfig,
                           GemmaConfig, GemmaForCausalLM, GPT2Config, GPT2LMHeadModel,
-                          GPTNeoXConfig, GPTNeoXForCausalLM, Phi3Config, Phi3ForCausalLM)
+                          GPTNeoXConfig, GPTNeoXForCausalLM, MixtralConfig, MixtralForCausalLM,
+                          Phi3Config, Phi3ForCausalLM)
 
 out_root = sys.argv[1]
 BATCH, SEQ, VOCAB = 2, 16, 256
@@ -82,6 +83,16 @@ models = {
                               attention_dropout=0.0, tie_word_embeddings=False, bos_token_id=1,
                               eos_token_id=2, pad_token_id=0, torch_dtype="float32"),
                    Phi3ForCausalLM),
+    # A mixture of experts: 4 experts a block, 2 per token; the router learns through the
+    # chosen experts' renormalized weights.
+    "train-mixtral": (MixtralConfig(vocab_size=VOCAB, hidden_size=64, intermediate_size=96,
+                                    num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                                    num_local_experts=4, num_experts_per_tok=2,
+                                    max_position_embeddings=64, rms_norm_eps=1e-5, rope_theta=10000.0,
+                                    sliding_window=None, initializer_range=0.1, router_jitter_noise=0.0,
+                                    tie_word_embeddings=False, bos_token_id=1, eos_token_id=2,
+                                    torch_dtype="float32"),
+                      MixtralForCausalLM),
 }
 
 NEOX_FIXED = {"gpt_neox.embed_in.weight": "token_embd.weight", "embed_out.weight": "output.weight",
@@ -133,9 +144,24 @@ def gguf_name(hf, gemma1):
              "pre_feedforward_layernorm": "ffn_norm", "post_feedforward_layernorm": "post_ffw_norm",
              "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up", "mlp.down_proj": "ffn_down",
              "self_attn.qkv_proj": "attn_qkv", "mlp.gate_up_proj": "ffn_up"}
-    if gemma1:  # Gemma's (and Phi-3's) one norm after attention is the feed-forward's input norm
+    if gemma1:  # Gemma's (and Phi-3's, Mixtral's) one norm after attention is the feed-forward's input norm
         table["post_attention_layernorm"] = "ffn_norm"
     return f"blk.{layer}.{table[module]}.{kind}"
+
+
+def mixtral_grads(n, grad, ff):
+    """Gradients of transformers' fused Mixtral experts under the GGUF names of their parts:
+    gate_up_proj [n_expert, 2·ff, e] holds each expert's gate rows, then its up rows."""
+    if not n.startswith("model.layers."):
+        return None
+    blk = f"blk.{n.split('.')[2]}."
+    if n.endswith("mlp.experts.gate_up_proj"):
+        return {blk + "ffn_gate_exps.weight": grad[:, :ff, :], blk + "ffn_up_exps.weight": grad[:, ff:, :]}
+    if n.endswith("mlp.experts.down_proj"):
+        return {blk + "ffn_down_exps.weight": grad}
+    if n.endswith("mlp.gate.weight"):
+        return {blk + "ffn_gate_inp.weight": grad}
+    return None
 
 
 def loss_of(model, ids, labels):
@@ -165,6 +191,15 @@ for name, (config, cls) in models.items():
     out = os.path.join(out_root, name)
     os.makedirs(out, exist_ok=True)
     model.save_pretrained(out, safe_serialization=True)
+    if name == "train-mixtral":
+        # The checkpoint keeps transformers' per-expert w1 (gate) / w3 (up) / w2 (down): check
+        # they are the parts the gradients are named after.
+        from safetensors.torch import load_file
+        saved = load_file(os.path.join(out, "model.safetensors"))
+        ff = config.intermediate_size
+        gu = model.model.layers[0].mlp.experts.gate_up_proj
+        assert torch.equal(saved["model.layers.0.block_sparse_moe.experts.1.w1.weight"], gu[1, :ff])
+        assert torch.equal(saved["model.layers.0.block_sparse_moe.experts.1.w3.weight"], gu[1, ff:])
     for extra in ("generation_config.json",):
         if os.path.exists(os.path.join(out, extra)):
             os.remove(os.path.join(out, extra))
@@ -190,8 +225,11 @@ for name, (config, cls) in models.items():
             if grad.dim() == 2 and any(n.endswith(m + ".weight") for m in (".c_attn", ".c_proj", ".c_fc")):
                 grad = grad.t()
             grads[gguf_name_gpt2(n)] = grad.contiguous()
+        elif name == "train-mixtral" and mixtral_grads(n, grad, config.intermediate_size):
+            for k, v in mixtral_grads(n, grad, config.intermediate_size).items():
+                grads[k] = v.contiguous()
         else:
-            grads[gguf_name(n, name in ("train-gemma", "train-phi3"))] = grad.contiguous()
+            grads[gguf_name(n, name in ("train-gemma", "train-phi3", "train-mixtral"))] = grad.contiguous()
     save_file(grads, os.path.join(out, "grads.safetensors"))
 
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.01)

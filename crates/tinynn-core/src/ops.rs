@@ -177,6 +177,20 @@ pub enum Op {
     MulMatId,
     /// `src0 [n, n_used, n_tokens] + src1[:, ids[e, t]]` (per-expert biases); src2: I32 ids.
     AddId,
+    /// Per column, the elements the ids name: `out[j, t] = src0[ids[j, t], t]` for src0 F32
+    /// `[N, n]` and src1 I32 ids `[k, n]` → `[k, n]` (a token's chosen experts' weights).
+    TakeRows,
+    /// Gradient of `TakeRows`: src0 dy `[k, n]` added into elements `(ids[j, t], t)` of a zero
+    /// `[N, n]`; src1: the ids.
+    TakeRowsBack,
+    /// Gradient of `MulMatId` for its activations: for each token t and slot e, expert
+    /// `ids[e, t]` of src0 `[K, N, n_expert]` (any weight format) transposed times column
+    /// `(e, t)` of src1 dy `[N, n_used, n_tokens]` → `[K, n_used, n_tokens]`. src2: the ids.
+    MulMatIdT,
+    /// Gradient of `MulMatId` for its experts: `out[:, :, x] = Σ_{(e, t): ids[e, t] = x}
+    /// src0[:, e mod ne1, t] ⊗ src1[:, e, t]` for src0 activations `[K, 1 or n_used, n_tokens]`
+    /// and src1 dy `[N, n_used, n_tokens]` → `[K, N, n_expert]`. src2: the ids.
+    OutProdId,
     /// Mamba's causal depthwise convolution: src0 `[d_conv - 1 + n_t, d_inner, n_s]` (state
     /// then inputs), src1 weights `[d_conv, d_inner]` → `[d_inner, n_t, n_s]`.
     SsmConv,
@@ -314,6 +328,10 @@ impl Op {
             Op::OutProd => "out_prod",
             Op::MulMatId => "mul_mat_id",
             Op::AddId => "add_id",
+            Op::TakeRows => "take_rows",
+            Op::TakeRowsBack => "take_rows_back",
+            Op::MulMatIdT => "mul_mat_id_t",
+            Op::OutProdId => "out_prod_id",
             Op::SsmConv => "ssm_conv",
             Op::SsmScan => "ssm_scan",
             Op::Im2Col { .. } => "im2col",

@@ -2,7 +2,8 @@
 //! sums), with odd sizes, broadcasting and views; each also identical on 1, 2 and 3 threads.
 //! The gradient kernels (unary_back, reduce_to, repeat, rms_norm_back, layer_norm_back,
 //! soft_max_back, diag_mask_zero, rope_back, flash_attn_back, get_rows_back,
-//! cross_entropy_loss_back, mul_mat_t, view_back) are checked through the rules that use them.
+//! cross_entropy_loss_back, mul_mat_t, view_back, take_rows_back, mul_mat_id_t, out_prod_id)
+//! are checked through the rules that use them.
 
 mod common;
 
@@ -332,6 +333,69 @@ fn mul_mat_frozen_quantized_weights() {
                 Built {
                     y: g.mul_mat(wt, p[0]).unwrap(),
                     inputs: vec![],
+                    weights: vec![(wt, w.clone())],
+                }
+            },
+            &opts,
+        );
+    }
+}
+
+/// Mixture of experts: every expert and activation gradient of `mul_mat_id`, with activations
+/// shared by the slots (b1 = 1) or one per slot, experts used twice, once or never; and the
+/// routing-weight pick (`take_rows`) with an id repeated in a column.
+#[test]
+fn mul_mat_id_and_take_rows() {
+    let mut rng = Rng::new(15);
+    // 3 tokens × 2 slots over 4 experts; expert 3 is never chosen, expert 1 four times.
+    let ids = vec![1, 0, 2, 1, 1, 1];
+    for b1 in [1, 2] {
+        let ps = [
+            P::rand(&[7, 5, 4], &mut rng),
+            P::rand(&[7, b1, 3], &mut rng),
+        ];
+        let ids = ids.clone();
+        assert_grads(&format!("mul_mat_id b1={b1}"), &ps, &move |g, p| {
+            let it = g.input("ids", GgmlType::I32, &[2, 3]).unwrap();
+            Built::with(
+                g.mul_mat_id(p[0], p[1], it).unwrap(),
+                vec![Input::I32(it, ids.clone())],
+            )
+        });
+    }
+    let ps = [P::rand(&[6, 4], &mut rng)];
+    assert_grads("take_rows", &ps, &|g, p| {
+        let it = g.input("ids", GgmlType::I32, &[3, 4]).unwrap();
+        Built::with(
+            g.take_rows(p[0], it).unwrap(),
+            vec![Input::I32(it, vec![5, 0, 2, 1, 1, 3, 0, 4, 0, 2, 2, 2])],
+        )
+    });
+}
+
+/// `mul_mat_id` through frozen quantized experts (QLoRA on a mixture of experts): the
+/// activations' gradient dequantizes each chosen expert's rows.
+#[test]
+fn mul_mat_id_frozen_quantized_experts() {
+    let mut rng = Rng::new(16);
+    for ty in [GgmlType::Q8_0, GgmlType::Q4K, GgmlType::F16] {
+        let k = 256;
+        let w = common::weight_bytes(ty, k, 5 * 3, &mut rng);
+        let ps = [P::rand(&[k, 1, 2], &mut rng)];
+        let opts = Opts {
+            // Normal mode quantizes the activations to Q8 for the forward product.
+            deterministic: ty == GgmlType::F16,
+            ..Opts::default()
+        };
+        assert_grads_with(
+            &format!("mul_mat_id {ty}"),
+            &ps,
+            &|g, p| {
+                let wt = g.weight("w", ty, &[k, 5, 3]).unwrap();
+                let it = g.input("ids", GgmlType::I32, &[2, 2]).unwrap();
+                Built {
+                    y: g.mul_mat_id(wt, p[0], it).unwrap(),
+                    inputs: vec![Input::I32(it, vec![2, 0, 0, 0])],
                     weights: vec![(wt, w.clone())],
                 }
             },

@@ -74,6 +74,11 @@ pub struct HfConfig {
     pub rotary_pct: Option<f64>,
     pub rotary_emb_base: Option<f64>,
     pub use_parallel_residual: Option<bool>,
+    // Mixtral names.
+    /// Experts of each mixture-of-experts feed-forward.
+    pub num_local_experts: Option<u64>,
+    /// Experts each token is routed to.
+    pub num_experts_per_tok: Option<u64>,
     // Phi-3 names.
     /// The context LongRoPE's short factors serve (top level in Phi-3 configs).
     pub original_max_position_embeddings: Option<u64>,

@@ -48,6 +48,8 @@ impl Architecture {
         match model_type {
             "gemma3_text" => Architecture::Gemma3,
             "gpt_neox" => Architecture::GptNeox,
+            // llama.cpp's converter writes Mixtral as a Llama with experts.
+            "mixtral" => Architecture::Llama,
             other => Architecture::from_gguf_name(other),
         }
     }
@@ -136,7 +138,21 @@ pub struct ModelConfig {
     /// Sliding-window attention, per-layer RoPE bases and logit soft-capping (Gemma,
     /// Mistral, Phi-3); all `None` for plain causal attention.
     pub attn: AttentionExtras,
+    /// The feed-forward is a mixture of experts (Mixtral); `None`: one dense feed-forward.
+    pub experts: Option<Experts>,
 }
+
+/// A mixture-of-experts feed-forward's sizes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Experts {
+    /// Experts in each block (`{arch}.expert_count`, HF `num_local_experts`).
+    pub count: u64,
+    /// Experts each token is routed to (`{arch}.expert_used_count`, HF `num_experts_per_tok`).
+    pub used: u64,
+}
+
+/// Most experts a mixture-of-experts block may have.
+pub const MAX_EXPERTS: u64 = 1 << 10;
 
 /// Which layers of a model with a sliding window use it.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -313,6 +329,23 @@ fn check_limits(c: &ModelConfig) -> Result<(), ConfigError> {
     };
     positive("norm epsilon", c.norm_eps, true)?;
     check_attention_extras(c)?;
+    if let Some(x) = c.experts {
+        if x.count < 2 {
+            return Err(ConfigError::Invalid {
+                field: "expert count".into(),
+                value: x.count.to_string(),
+                why: "must be at least 2 (a mixture of experts)",
+            });
+        }
+        at_most("expert count", x.count, MAX_EXPERTS)?;
+        if x.used == 0 || x.used > x.count {
+            return Err(ConfigError::Invalid {
+                field: "experts used per token".into(),
+                value: format!("{} (of {} experts)", x.used, x.count),
+                why: "must be at least 1 and at most the expert count",
+            });
+        }
+    }
     positive("RoPE frequency base", c.rope_freq_base, false)?;
     let factor = match c.rope_scaling {
         RopeScaling::Linear { factor }
@@ -374,6 +407,22 @@ fn check_attention_extras(c: &ModelConfig) -> Result<(), ConfigError> {
         }
     }
     Ok(())
+}
+
+/// The experts of a file stating `count` (0 or 1: a dense model) and `used` (named
+/// `used_key`, which a mixture of experts must give).
+fn experts(
+    count: Option<u64>,
+    used: Option<u64>,
+    used_key: &str,
+) -> Result<Option<Experts>, ConfigError> {
+    match count {
+        None | Some(0) | Some(1) => Ok(None),
+        Some(count) => Ok(Some(Experts {
+            count,
+            used: need(used, used_key)?,
+        })),
+    }
 }
 
 /// `{arch}.attention.sliding_window_pattern`: a period (integer) or a flag per layer.
@@ -483,6 +532,11 @@ impl ModelConfig {
                 attn_logit_softcap: g.get_f64(Key::AttnLogitSoftcapping)?,
                 final_logit_softcap: g.get_f64(Key::FinalLogitSoftcapping)?,
             },
+            experts: experts(
+                g.get_u64(Key::ExpertCount)?,
+                g.get_u64(Key::ExpertUsedCount)?,
+                &key(Key::ExpertUsedCount),
+            )?,
         };
         let config = assemble(config, g.get_u64(Key::KeyLength)?)?;
         // A file with blocks must hold its last one (a vocabulary-only file holds none).
@@ -570,6 +624,11 @@ impl ModelConfig {
                 attn_logit_softcap: c.attn_logit_softcapping,
                 final_logit_softcap: c.final_logit_softcapping,
             },
+            experts: experts(
+                c.num_local_experts,
+                c.num_experts_per_tok,
+                "num_experts_per_tok",
+            )?,
         };
         let mut config = assemble(config, c.head_dim)?;
         if !gpt2 {

@@ -6,6 +6,10 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
+#[path = "model_dir_stack.rs"]
+mod stack;
+pub use stack::Stacked;
+
 use crate::error::{Error, Result};
 use crate::hf_config::HfConfig;
 use crate::safetensors::{Dtype, SafetensorsFile};
@@ -54,6 +58,9 @@ pub struct HfModelDir {
     /// Rearranged copies of tensors stored in another layout, made by the first
     /// [`HfModelDir::rearrange`].
     transposed: std::sync::OnceLock<Transposed>,
+    /// Tensors stored as many (a mixture of experts' per-expert matrices) stacked into one,
+    /// made by the first [`HfModelDir::stack`].
+    stacked: std::sync::OnceLock<stack::StackedCopies>,
 }
 
 /// How [`HfModelDir::rearrange`] reorders a tensor (PyTorch shape, outermost first).
@@ -200,6 +207,7 @@ impl HfModelDir {
             upcast,
             upcast_at,
             transposed: std::sync::OnceLock::new(),
+            stacked: std::sync::OnceLock::new(),
         })
     }
 

@@ -146,9 +146,15 @@ fn write_report(s: &mut String, r: &Report) -> std::fmt::Result {
 }
 
 /// The hyperparameters past a plain Llama block that the architecture applies (with its
-/// defaults where the file is silent): sliding window, attention scale, soft-capping.
+/// defaults where the file is silent): experts, sliding window, attention scale, soft-capping.
 fn special_rows(hp: &crate::arch::Hparams) -> Vec<(&'static str, String)> {
     let mut rows = Vec::new();
+    if hp.n_expert > 0 {
+        rows.push((
+            "experts",
+            format!("{} per block, {} per token", hp.n_expert, hp.n_expert_used),
+        ));
+    }
     if let Some(swa) = &hp.swa {
         let global: Vec<String> = swa
             .layers

@@ -242,13 +242,14 @@ impl Model {
         match &self.files {
             Files::Gguf(f) => (i == 0).then(|| f.bytes()),
             // The shards, the F32 copies of the small half-precision tensors, then the
-            // transposed copies of matrices stored [in, out].
+            // rearranged copies (matrices stored [in, out], ...), then the stacked experts.
             Files::Hf(d) => d
                 .shards
                 .get(i)
                 .map(|s| s.bytes())
                 .or_else(|| (i == d.shards.len()).then(|| d.upcast_bytes()))
-                .or_else(|| (i == d.shards.len() + 1).then(|| d.transposed_bytes())),
+                .or_else(|| (i == d.shards.len() + 1).then(|| d.transposed_bytes()))
+                .or_else(|| (i == d.shards.len() + 2).then(|| d.stacked_bytes())),
         }
     }
 

@@ -75,6 +75,19 @@ impl<'a> WeightSource<'a> {
                     let c = ModelConfig::from_hf(&d.config)?;
                     d.rearrange(|n| plan(n, &c))?;
                 }
+                if let Some(plan) = arch.hf_stacked {
+                    // Made once, on first use.
+                    if !d.is_stacked() {
+                        d.stack(plan)?;
+                    }
+                    if let Some(s) = d.stacked(name) {
+                        return Ok(Some(Weight {
+                            dtype: dtype_of(name, s.dtype)?,
+                            dims: s.shape.iter().rev().map(|&d| d as u64).collect(),
+                            data: s.bytes,
+                        }));
+                    }
+                }
                 let Some(hf) = (arch.hf_name)(name) else {
                     return Ok(None);
                 };

@@ -16,7 +16,7 @@ use tinynn_models::model::Model;
 use tinynn_models::quantize::{quantize_file, Options, Target};
 use tinynn_models::session::{Session, SessionOptions};
 
-const FIXTURES: [&str; 12] = [
+const FIXTURES: [&str; 13] = [
     "tiny-llama",
     "tiny-llama3",
     "tiny-llama-yarn",
@@ -29,6 +29,7 @@ const FIXTURES: [&str; 12] = [
     "tiny-gpt2",
     "tiny-gptneox",
     "tiny-phi3",
+    "tiny-mixtral",
 ];
 
 fn dir(name: &str) -> PathBuf {
@@ -219,7 +220,10 @@ fn llama_layout_fixtures_survive_the_round_trip_back_to_hugging_face() {
             dtype: GgmlType::F32,
             tokenizer: has_tokenizer,
         };
-        let arch = gguf.config().architecture.name().to_string();
+        let mut arch = gguf.config().architecture.name().to_string();
+        if gguf.config().experts.is_some() {
+            arch = "mixtral".into();
+        }
         let written = export_hf(&gguf, &back, &opts);
         match (arch.as_str(), name) {
             (_, "tiny-llama3") => {
@@ -227,7 +231,7 @@ fn llama_layout_fixtures_survive_the_round_trip_back_to_hugging_face() {
                 assert!(e.contains("rope_freqs.weight"), "{name}: {e}");
                 continue;
             }
-            ("llama" | "mistral" | "qwen2" | "qwen3", _) => {}
+            ("llama" | "mistral" | "mixtral" | "qwen2" | "qwen3", _) => {}
             _ => {
                 let e = written.unwrap_err().to_string();
                 assert!(

@@ -274,6 +274,15 @@ fn tiny_phi3_matches_transformers() {
     check_batched("tiny-phi3");
 }
 
+/// Mixtral: a mixture of experts (4 a block, 2 per token) stacked from the checkpoint's
+/// per-expert matrices, through `mul_mat_id`.
+#[test]
+fn tiny_mixtral_matches_transformers() {
+    check("tiny-mixtral");
+    check_decode("tiny-mixtral");
+    check_batched("tiny-mixtral");
+}
+
 /// The logits of `tokens` from `model` with a context of `n_ctx` (strict), against the
 /// reference `file` of the fixture.
 fn longrope_diff(model: std::sync::Arc<Model>, n_ctx: usize, file: &str) -> f64 {

@@ -102,6 +102,7 @@ impl ScratchConfig {
             tie_word_embeddings: Some(self.tie_word_embeddings),
             parallel_residual: None,
             attn: Default::default(),
+            experts: None,
         })
     }
 }

@@ -337,8 +337,22 @@ fn gpt2_lora_adapts_the_fused_qkv_and_its_adapter_loads() {
     t.export_adapter(&ad_path).unwrap();
     let adapter = std::sync::Arc::new(LoraAdapter::open(&ad_path).unwrap());
     assert_eq!(adapter.pairs.len(), 2);
-    // The mean cross-entropy of the labels from inference logits with the adapter.
     let model = Model::open(fixture_dir("train-gpt2")).unwrap();
+    let inferred = adapter_loss(model, &e, adapter);
+    let rel = (inferred - f64::from(trained)).abs() / f64::from(trained);
+    eprintln!(
+        "gpt2 LoRA: {first} → {trained}; inference with the adapter {inferred} (rel {rel:.1e})"
+    );
+    assert!(rel < 1e-4, "inference {inferred} vs trainer {trained}");
+}
+
+/// The mean cross-entropy of fixture batch `e`'s labels from inference logits (strict) of
+/// `model` with `adapter` applied at scale 1.
+fn adapter_loss(
+    model: std::sync::Arc<Model>,
+    e: &common::Expected,
+    adapter: std::sync::Arc<LoraAdapter>,
+) -> f64 {
     let so = SessionOptions {
         n_ctx: e.seq,
         exec: ExecOptions {
@@ -375,10 +389,106 @@ fn gpt2_lora_adapts_the_fused_qkv_and_its_adapter_loads() {
             n += 1;
         }
     }
-    let inferred = sum / n as f64;
-    let rel = (inferred - f64::from(trained)).abs() / f64::from(trained);
-    eprintln!(
-        "gpt2 LoRA: {first} → {trained}; inference with the adapter {inferred} (rel {rel:.1e})"
-    );
-    assert!(rel < 1e-4, "inference {inferred} vs trainer {trained}");
+    sum / n as f64
+}
+
+/// LoRA and QLoRA on Mixtral (a mixture of experts): the adapters adapt the attention, the
+/// experts stay frozen — F32 from the HF directory, Q8_0 in a GGUF file made by `tnn convert`
+/// and `tnn quantize` — and their gradients flow back through every chosen expert. An untrained
+/// adapter gives the base loss (exactly from F32 experts), training lowers the loss and leaves the experts' bytes
+/// as they were, and the exported adapter at inference gives the trainer's loss.
+#[test]
+fn mixtral_lora_and_qlora_train_through_frozen_experts() {
+    use common::{expected, fixture_dir, train_config};
+    use tinynn_format::model_dir::HfModelDir;
+    use tinynn_models::convert::{convert_hf, ConvertOptions};
+    use tinynn_models::quantize::{quantize_file, Options, Target};
+    let e = expected("train-mixtral");
+    let dir = tempfile::tempdir().unwrap();
+    let f32_path = dir.path().join("mixtral-f32.gguf");
+    let q8_path = dir.path().join("mixtral-q8_0.gguf");
+    let hf_model = Model::open(fixture_dir("train-mixtral")).unwrap();
+    let opts = ConvertOptions {
+        out_type: GgmlType::F32,
+        tokenizer: false,
+    };
+    convert_hf(&hf_model, &f32_path, &opts).unwrap();
+    let opts = Options {
+        target: Target::parse("Q8_0").unwrap(),
+        allow_requantize: false,
+        threads: 2,
+    };
+    quantize_file(
+        &GgufFile::open(&f32_path).unwrap(),
+        &q8_path,
+        &opts,
+        &mut |_| {},
+    )
+    .unwrap();
+    let hf = HfModelDir::open(fixture_dir("train-mixtral")).unwrap();
+    let q8 = GgufFile::open(&q8_path).unwrap();
+    for (label, model_path, expert_type) in [
+        ("LoRA", fixture_dir("train-mixtral"), GgmlType::F32),
+        ("QLoRA", q8_path.clone(), GgmlType::Q8_0),
+    ] {
+        let src = || -> TrainSource<'_> {
+            if expert_type == GgmlType::F32 {
+                TrainSource::from(&hf)
+            } else {
+                TrainSource::from(&q8)
+            }
+        };
+        let mut cfg = train_config(&e, 2, false);
+        let mut base = Trainer::new(src(), cfg).unwrap();
+        cfg.lora = Some(lora("all", 0.0));
+        let mut t = Trainer::new(src(), cfg).unwrap();
+        let experts = t
+            .frozen_specs()
+            .iter()
+            .find(|f| f.name == "blk.1.ffn_down_exps.weight")
+            .map(|f| f.dtype);
+        assert_eq!(experts, Some(expert_type), "{label}");
+        assert!(t.param_specs().iter().all(|p| p.name.contains(".attn_")));
+        let before = t
+            .frozen_bytes("blk.0.ffn_gate_exps.weight")
+            .unwrap()
+            .to_vec();
+        let b = base.eval_loss(&e.ids, &e.labels).unwrap();
+        let a = t.eval_loss(&e.ids, &e.labels).unwrap();
+        if expert_type == GgmlType::F32 {
+            assert_eq!(
+                a.to_bits(),
+                b.to_bits(),
+                "{label}: untrained adapter {a} vs {b}"
+            );
+        } else {
+            // The base trainer takes F32 copies of the Q8_0 weights; the frozen ones are
+            // multiplied as they are (activations rounded to Q8).
+            assert!(
+                (a - b).abs() / b < 1e-3,
+                "{label}: untrained adapter {a} vs {b}"
+            );
+        }
+        let first = t.step(&e.ids, &e.labels, 1e-2).unwrap().loss;
+        for _ in 0..9 {
+            t.step(&e.ids, &e.labels, 1e-2).unwrap();
+        }
+        let trained = t.eval_loss(&e.ids, &e.labels).unwrap();
+        assert!(trained < first - 0.1, "{label}: {first} → {trained}");
+        assert_eq!(
+            t.frozen_bytes("blk.0.ffn_gate_exps.weight").unwrap(),
+            &before[..]
+        );
+
+        let ad_path = dir.path().join(format!("{label}.gguf"));
+        t.export_adapter(&ad_path).unwrap();
+        let adapter = std::sync::Arc::new(LoraAdapter::open(&ad_path).unwrap());
+        let inferred = adapter_loss(Model::open(&model_path).unwrap(), &e, adapter);
+        let rel = (inferred - f64::from(trained)).abs() / f64::from(trained);
+        eprintln!("mixtral {label}: {first} → {trained}; inference with the adapter {inferred} (rel {rel:.1e})");
+        assert!(
+            rel < 1e-3,
+            "{label}: inference {inferred} vs trainer {trained}"
+        );
+    }
 }

@@ -140,6 +140,15 @@ fn phi3_loss_gradients_and_adamw_steps_match_pytorch() {
     adamw_losses_match("train-phi3");
 }
 
+/// Mixtral: a mixture of experts (4 a block, 2 per token): the experts' gradients through
+/// `mul_mat_id`'s backward, the router's through the chosen experts' renormalized weights.
+#[test]
+fn mixtral_loss_gradients_and_adamw_steps_match_pytorch() {
+    gradients_match("train-mixtral", 2, false);
+    gradients_match("train-mixtral", 1, true);
+    adamw_losses_match("train-mixtral");
+}
+
 /// A sliding window on every layer (Mistral; tinynn-models' `tiny-mistral-swa` fixture, window
 /// 4 of 13 tokens) in the training graph: the loss equals the cross-entropy of transformers'
 /// logits for the same tokens.

@@ -316,7 +316,30 @@ impl Graph {
                 });
             }
             Op::SetRows => return no_rule(" (cache writes are not part of training graphs)"),
-            Op::MulMatId | Op::AddId => return no_rule(" yet (mixture of experts)"),
+            Op::MulMatId => {
+                // y[:, e, t] = W[ids[e, t]] · x[:, e mod b1, t]
+                let (w, x, ids) = (src[0], src[1], src[2]);
+                let dyc = self.cont(dy)?;
+                if need(0) {
+                    if self.layout(w).dtype != GgmlType::F32 {
+                        return no_rule(" for quantized experts (freeze them)");
+                    }
+                    let n_expert = self.layout(w).ne[2];
+                    out[0] = Some(self.out_prod_id(x, dyc, ids, n_expert)?);
+                }
+                if need(1) {
+                    let dx = self.mul_mat_id_t(w, dyc, ids)?; // [K, n_used, n]
+                    out[1] = Some(self.unbroadcast(dx, x)?);
+                }
+            }
+            Op::TakeRows => {
+                if need(0) {
+                    let n_rows = self.layout(src[0]).ne[0];
+                    let dyc = self.cont(dy)?;
+                    out[0] = Some(self.take_rows_back(dyc, src[1], n_rows)?);
+                }
+            }
+            Op::AddId => return no_rule(" yet (per-expert biases)"),
             Op::SsmConv | Op::SsmScan => return no_rule(" yet (Mamba)"),
             Op::Im2Col { .. } => return no_rule(" yet (convolution)"),
             Op::AdamW | Op::Sgd => return no_rule(" (an optimizer step)"),
@@ -332,6 +355,9 @@ impl Graph {
             | Op::CrossEntropyLossBack
             | Op::SwiGluBack
             | Op::MulMatT
+            | Op::TakeRowsBack
+            | Op::MulMatIdT
+            | Op::OutProdId
             | Op::ViewBack { .. } => return no_rule(" (second derivatives are not supported)"),
         }
         Ok(out)

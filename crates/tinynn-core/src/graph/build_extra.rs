@@ -28,7 +28,7 @@ impl Graph {
         Ok(self.computed(Op::OutProd, layout, vec![a, b]))
     }
 
-    fn ids_operand(
+    pub(super) fn ids_operand(
         &self,
         op: &'static str,
         ids: TensorId,

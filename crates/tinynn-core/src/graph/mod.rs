@@ -8,6 +8,7 @@ mod build;
 mod build_attention;
 mod build_back;
 mod build_extra;
+mod build_moe;
 mod build_reduce;
 mod build_train;
 mod views;

@@ -19,6 +19,7 @@ mod elementwise;
 mod matmul;
 mod matmul_back;
 mod moe;
+mod moe_back;
 mod norm;
 mod reduce;
 mod rope;
@@ -387,6 +388,10 @@ pub(crate) fn compute(a: &StepArgs<'_>, ctx: &Ctx<'_>) {
         Op::OutProd => matmul::out_prod(a, ctx),
         Op::MulMatId => moe::mul_mat_id(a, ctx),
         Op::AddId => moe::add_id(a, ctx),
+        Op::TakeRows => moe_back::take_rows(a, ctx),
+        Op::TakeRowsBack => moe_back::take_rows_back(a, ctx),
+        Op::MulMatIdT => moe_back::mul_mat_id_t(a, ctx),
+        Op::OutProdId => moe_back::out_prod_id(a, ctx),
         Op::SsmConv => conv::ssm_conv(a, ctx),
         Op::SsmScan => conv::ssm_scan(a, ctx),
         Op::Im2Col {

@@ -1,11 +1,12 @@
 //! Mixture of experts: a matrix product per (token, slot) with the expert its id names, and
 //! per-expert biases.
 
-use super::{row_index, split, StepArgs, ERR_INDEX};
+use super::copy::{read_chunk, CHUNK};
+use super::{row_index, split, StepArgs, ERR_INDEX, ERR_KERNEL};
 use crate::pool::Ctx;
 
 /// Expert id `(e, t)`, or `None` (recorded as an error) when it names no expert.
-fn expert(
+pub(super) fn expert(
     a: &StepArgs<'_>,
     ids: &[i32],
     n_used: usize,
@@ -22,6 +23,9 @@ fn expert(
 }
 
 pub(crate) fn mul_mat_id(a: &StepArgs<'_>, ctx: &Ctx<'_>) {
+    if a.strict {
+        return mul_mat_id_strict(a, ctx);
+    }
     let (w, x, ids_t, dst) = (a.src(0), a.src(1), a.src(2), a.dst);
     // SAFETY: ids are contiguous I32 [n_used, n_tokens] (builder-checked).
     let ids = unsafe { ids_t.i32s() };
@@ -40,6 +44,43 @@ pub(crate) fn mul_mat_id(a: &StepArgs<'_>, ctx: &Ctx<'_>) {
                 };
                 // SAFETY: element (n, e, t) is inside dst; column n is this thread's.
                 unsafe { dst.set_float([n, e, t, 0], v) };
+            }
+        }
+    }
+}
+
+/// Reference mode: each expert row dequantized exactly and dotted with the f32 activations in
+/// f64 (the activations are not rounded to the weights' dot type).
+fn mul_mat_id_strict(a: &StepArgs<'_>, ctx: &Ctx<'_>) {
+    let (w, x, ids_t, dst) = (a.src(0), a.src(1), a.src(2), a.dst);
+    // SAFETY: ids are contiguous I32 [n_used, n_tokens] (builder-checked).
+    let ids = unsafe { ids_t.i32s() };
+    let [n_out, n_used, n_tok, _] = dst.layout.ne;
+    let (k, b1, n_expert) = (w.layout.ne[0], x.layout.ne[1], w.layout.ne[2]);
+    let mut buf = [0f32; CHUNK];
+    for n in split(n_out, ctx.ith, ctx.nth) {
+        for t in 0..n_tok {
+            for e in 0..n_used {
+                let mut acc = 0f64;
+                if let Some(ex) = expert(a, ids, n_used, e, t, n_expert) {
+                    let mut c0 = 0;
+                    while c0 < k {
+                        let len = CHUNK.min(k - c0);
+                        // SAFETY: row n of expert ex exists with contiguous rows; c0..c0 + len
+                        // is whole blocks of it.
+                        if !unsafe { read_chunk(&w, (n, ex, 0), c0, &mut buf[..len]) } {
+                            a.errors.record(ERR_KERNEL, 0);
+                        }
+                        for (j, &wv) in buf[..len].iter().enumerate() {
+                            // SAFETY: (c0 + j, e mod b1, t) is inside x.
+                            acc += f64::from(wv)
+                                * f64::from(unsafe { x.f32_at([c0 + j, e % b1, t, 0]) });
+                        }
+                        c0 += len;
+                    }
+                }
+                // SAFETY: element (n, e, t) is inside dst; column n is this thread's.
+                unsafe { dst.set_float([n, e, t, 0], acc as f32) };
             }
         }
     }

@@ -186,6 +186,7 @@ impl Decoder for Gemma {
             scale_embeddings: true,
             attn_scale: (self.swa_period > 0).then_some(gguf_attn_scale as fn(&ModelConfig) -> f32),
             parallel_residual: false,
+            experts: false,
         }
     }
 }

@@ -54,6 +54,10 @@ pub struct Hparams {
     /// LongRoPE (Phi-3): `freq_factors` holds the short factors; these take over past the
     /// original context ([`Hparams::for_context`]).
     pub longrope: Option<LongRope>,
+    /// Experts per block, 0 for a dense feed-forward.
+    pub n_expert: usize,
+    /// Experts each token is routed to (0 for a dense feed-forward).
+    pub n_expert_used: usize,
 }
 
 /// LongRoPE's context switch.
@@ -82,6 +86,9 @@ pub struct ArchDefaults {
     pub attn_scale: Option<fn(&ModelConfig) -> f32>,
     /// Parallel residual blocks when the file does not say (GPT-NeoX).
     pub parallel_residual: bool,
+    /// The architecture's feed-forward may be a mixture of experts (the Llama family:
+    /// Mixtral); when false a config with experts is refused.
+    pub experts: bool,
 }
 
 impl Hparams {
@@ -107,6 +114,15 @@ impl Hparams {
             (None, None) => 1.0 / (head_dim as f32).sqrt(),
         };
         let n_layer = c.n_layer as usize;
+        if c.experts.is_some() && !defaults.experts {
+            return Err(ModelError::Invalid(format!(
+                "{} has no mixture-of-experts form, but the config gives experts",
+                arch.name
+            )));
+        }
+        let (n_expert, n_expert_used) = c
+            .experts
+            .map_or((0, 0), |x| (x.count as usize, x.used as usize));
         let window = a.sliding_window.filter(|_| defaults.sliding_window);
         let swa = match window {
             None => None,
@@ -166,6 +182,8 @@ impl Hparams {
                 }),
                 _ => None,
             },
+            n_expert,
+            n_expert_used,
         })
     }
 

@@ -1,10 +1,11 @@
 //! The Llama family's decoder — Llama 2/3, SmolLM, Mistral, Qwen2 (q/k/v biases), Qwen3
-//! (per-head q/k RMSNorm) — for inference and training alike:
+//! (per-head q/k RMSNorm), Mixtral (a mixture-of-experts feed-forward, `crate::common::moe`) —
+//! for inference and training alike:
 //!
 //! ```text
 //! x = token_embd[tokens]                                    [e, n]
 //! per block:  x += o(attention(rope(q(norm(x))), rope(k(norm(x))), v(norm(x))))
-//!             x += down(silu(gate(norm(x))) ⊙ up(norm(x)))
+//!             x += down(silu(gate(norm(x))) ⊙ up(norm(x)))     (or the experts' mix)
 //! logits = head(norm(x))        head = output.weight, or token_embd when tied
 //! ```
 //!
@@ -18,7 +19,7 @@ use tinynn_format::model_config::ModelConfig;
 
 use super::decoder::Decoder;
 use super::hparams::{ArchDefaults, Hparams};
-use crate::common::{Attention, AttnParams, Leaves, Mlp, MlpKind, Norm};
+use crate::common::{Attention, AttnParams, Leaves, Mlp, MlpKind, Moe, Norm};
 use crate::Result;
 
 /// The Llama-family decoder; the flags say which optional tensors a fresh model has (a model
@@ -97,6 +98,7 @@ impl Decoder for Llama {
     fn defaults(&self) -> ArchDefaults {
         ArchDefaults {
             sliding_window: self.sliding_window,
+            experts: true,
             ..ArchDefaults::default()
         }
     }
@@ -137,9 +139,16 @@ fn block(
 
     // Feed-forward.
     let ffn_norm = Norm::rms(g, lv, &blk("ffn_norm.weight"), e, eps)?;
-    let mlp = Mlp::new(g, lv, &blk(""), MlpKind::SwiGlu, e, hp.n_ff, false)?;
-    let h = ffn_norm.forward(g, x)?; // [e, n]
-    let ffn = mlp.forward(g, h)?; // [e, n]
+    let ffn = if hp.n_expert > 0 {
+        // Mixtral.
+        let moe = Moe::new(g, lv, &blk(""), e, hp.n_ff, hp.n_expert, hp.n_expert_used)?;
+        let h = ffn_norm.forward(g, x)?; // [e, n]
+        moe.forward(g, h)? // [e, n]
+    } else {
+        let mlp = Mlp::new(g, lv, &blk(""), MlpKind::SwiGlu, e, hp.n_ff, false)?;
+        let h = ffn_norm.forward(g, x)?; // [e, n]
+        mlp.forward(g, h)? // [e, n]
+    };
     Ok(g.add(x, ffn)?) // [e, n]
 }
 
@@ -166,8 +175,27 @@ pub(crate) fn heads(
 pub fn hf_name(gguf: &str) -> Option<Cow<'static, str>> {
     super::hf_names::hf_name_with(gguf, |part| match part {
         "ffn_norm" => Some("post_attention_layernorm"),
+        "ffn_gate_inp" => Some("block_sparse_moe.gate"),
         other => super::hf_names::common_module(other),
     })
+}
+
+/// Mixtral's per-expert matrices (`[model.]layers.L.block_sparse_moe.experts.E.w1.weight`,
+/// `w2`, `w3`) as parts `E` of the GGUF expert tensors `blk.L.ffn_{gate,down,up}_exps.weight`.
+pub fn hf_stacked(hf: &str) -> Option<(String, usize)> {
+    let rest = hf.strip_prefix("model.").unwrap_or(hf);
+    let rest = rest.strip_prefix("layers.")?;
+    let (layer, rest) = rest.split_once('.')?;
+    let rest = rest.strip_prefix("block_sparse_moe.experts.")?;
+    let (expert, w) = rest.split_once('.')?;
+    let part = match w {
+        "w1.weight" => "ffn_gate_exps",
+        "w2.weight" => "ffn_down_exps",
+        "w3.weight" => "ffn_up_exps",
+        _ => return None,
+    };
+    let layer: usize = layer.parse().ok()?;
+    Some((format!("blk.{layer}.{part}.weight"), expert.parse().ok()?))
 }
 
 #[cfg(test)]
@@ -196,6 +224,7 @@ mod tests {
             tie_word_embeddings: Some(tied),
             parallel_residual: None,
             attn: Default::default(),
+            experts: None,
         }
     }
 
@@ -267,5 +296,23 @@ mod tests {
         );
         assert_eq!(hf_name("output.weight").as_deref(), Some("lm_head.weight"));
         assert_eq!(hf_name("blk.0.unknown.weight"), None);
+        assert_eq!(
+            hf_name("blk.1.ffn_gate_inp.weight").as_deref(),
+            Some("model.layers.1.block_sparse_moe.gate.weight")
+        );
+        let part = |hf: &str| super::hf_stacked(hf);
+        assert_eq!(
+            part("model.layers.2.block_sparse_moe.experts.7.w2.weight"),
+            Some(("blk.2.ffn_down_exps.weight".to_string(), 7))
+        );
+        assert_eq!(
+            part("layers.0.block_sparse_moe.experts.0.w3.weight"),
+            Some(("blk.0.ffn_up_exps.weight".to_string(), 0))
+        );
+        assert_eq!(
+            part("model.layers.0.block_sparse_moe.experts.x.w1.weight"),
+            None
+        );
+        assert_eq!(part("model.layers.0.mlp.gate_proj.weight"), None);
     }
 }

@@ -28,6 +28,9 @@ use tinynn_format::model_dir::Rearrange;
 use crate::quantize::policy::{Class70b, QuantRules};
 use crate::{ModelError, Result};
 
+/// The GGUF tensor an HF tensor is a part of, and the part's index (`Arch::hf_stacked`).
+pub type StackedParts = fn(&str) -> Option<(String, usize)>;
+
 /// One supported architecture.
 pub struct Arch {
     /// `general.architecture` in GGUF files (and `ModelConfig::architecture`'s name).
@@ -43,6 +46,10 @@ pub struct Arch {
     /// `[in, out]`, GPT-NeoX's per-head interleaved q/k/v), by HF name, and how to rearrange
     /// them; an HF directory's copies are rearranged once, on first use.
     pub hf_rearranged: Option<fn(&str, &ModelConfig) -> Option<Rearrange>>,
+    /// The HF tensors that are parts of one GGUF tensor (Mixtral's per-expert matrices of
+    /// `ffn_*_exps`), by HF name: the GGUF name and the part's index. An HF directory's
+    /// parts are stacked once, on first use.
+    pub hf_stacked: Option<StackedParts>,
     /// Its embeddings, blocks, final norm and head.
     pub decoder: &'static dyn Decoder,
     /// `tnn quantize`'s rules for it; `None`: not quantized.
@@ -71,10 +78,12 @@ impl std::fmt::Debug for Arch {
 pub static REGISTRY: &[Arch] = &[
     Arch {
         name: "llama",
-        hf_model_types: &["llama"],
+        // llama.cpp's converter writes Mixtral as a Llama with experts.
+        hf_model_types: &["llama", "mixtral"],
         gguf_qk_permuted: true,
         hf_name: llama::hf_name,
         hf_rearranged: None,
+        hf_stacked: Some(llama::hf_stacked),
         decoder: &llama::LLAMA,
         quantize: Some(QuantRules {
             class_70b: Class70b::Layers80Gqa,
@@ -88,6 +97,7 @@ pub static REGISTRY: &[Arch] = &[
         gguf_qk_permuted: true,
         hf_name: llama::hf_name,
         hf_rearranged: None,
+        hf_stacked: None,
         decoder: &llama::MISTRAL,
         quantize: Some(QuantRules {
             class_70b: Class70b::Never,
@@ -101,6 +111,7 @@ pub static REGISTRY: &[Arch] = &[
         gguf_qk_permuted: false,
         hf_name: llama::hf_name,
         hf_rearranged: None,
+        hf_stacked: None,
         decoder: &llama::QWEN2,
         quantize: Some(QuantRules {
             class_70b: Class70b::Layers80,
@@ -114,6 +125,7 @@ pub static REGISTRY: &[Arch] = &[
         gguf_qk_permuted: false,
         hf_name: llama::hf_name,
         hf_rearranged: None,
+        hf_stacked: None,
         decoder: &llama::QWEN3,
         quantize: Some(QuantRules {
             class_70b: Class70b::Never,
@@ -127,6 +139,7 @@ pub static REGISTRY: &[Arch] = &[
         gguf_qk_permuted: false,
         hf_name: gemma::hf_name_gemma1,
         hf_rearranged: None,
+        hf_stacked: None,
         decoder: &gemma::GEMMA,
         quantize: Some(QuantRules {
             class_70b: Class70b::Never,
@@ -140,6 +153,7 @@ pub static REGISTRY: &[Arch] = &[
         gguf_qk_permuted: false,
         hf_name: gemma::hf_name,
         hf_rearranged: None,
+        hf_stacked: None,
         decoder: &gemma::GEMMA2,
         quantize: Some(QuantRules {
             class_70b: Class70b::Never,
@@ -153,6 +167,7 @@ pub static REGISTRY: &[Arch] = &[
         gguf_qk_permuted: false,
         hf_name: gemma::hf_name,
         hf_rearranged: None,
+        hf_stacked: None,
         decoder: &gemma::GEMMA3,
         quantize: Some(QuantRules {
             class_70b: Class70b::Never,
@@ -166,6 +181,7 @@ pub static REGISTRY: &[Arch] = &[
         gguf_qk_permuted: false,
         hf_name: gpt2::hf_name,
         hf_rearranged: Some(gpt2::hf_rearranged),
+        hf_stacked: None,
         decoder: &gpt2::GPT2,
         quantize: Some(QuantRules {
             class_70b: Class70b::Never,
@@ -179,6 +195,7 @@ pub static REGISTRY: &[Arch] = &[
         gguf_qk_permuted: false,
         hf_name: gptneox::hf_name,
         hf_rearranged: Some(gptneox::hf_rearranged),
+        hf_stacked: None,
         decoder: &gptneox::GPTNEOX,
         quantize: Some(QuantRules {
             class_70b: Class70b::Never,
@@ -192,6 +209,7 @@ pub static REGISTRY: &[Arch] = &[
         gguf_qk_permuted: false,
         hf_name: phi3::hf_name,
         hf_rearranged: None,
+        hf_stacked: None,
         decoder: &phi3::PHI3,
         quantize: Some(QuantRules {
             class_70b: Class70b::Never,

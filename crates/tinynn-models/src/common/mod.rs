@@ -8,6 +8,7 @@
 //! - [`linear`]: [`Linear`], `W·x (+ b)` for a weight of any type, with an optional LoRA branch.
 //! - [`norm`]: RMSNorm and LayerNorm, `norm(x)·w (+ b)`.
 //! - [`mlp`]: SwiGLU, GeGLU and plain GELU feed-forwards.
+//! - [`moe`]: a mixture-of-experts feed-forward (Mixtral).
 //! - [`rope`]: RoPE parameters from a config (mode, scaling, frequency factors), and RoPE itself.
 //! - [`attention`]: attention over the KV cache (inference) or over whole sequences (training).
 
@@ -15,6 +16,7 @@ pub mod attention;
 pub mod leaves;
 pub mod linear;
 pub mod mlp;
+pub mod moe;
 pub mod norm;
 pub mod rope;
 
@@ -22,5 +24,6 @@ pub use attention::{Attention, AttnMode, AttnParams, KvCache};
 pub use leaves::{Init, Leaves};
 pub use linear::{rows_of, Dropout, Linear, LoraBranch};
 pub use mlp::{Mlp, MlpKind};
+pub use moe::Moe;
 pub use norm::{Norm, NormKind};
 pub use rope::RopeInputs;

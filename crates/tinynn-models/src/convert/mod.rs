@@ -345,6 +345,16 @@ fn write_config(
     if let Some(cap) = c.attn.final_logit_softcap {
         w.set(&key(Key::FinalLogitSoftcapping), Value::F32(cap as f32));
     }
+    if let Some(x) = c.experts {
+        w.set(
+            &key(Key::ExpertCount),
+            Value::U32(u32_of("experts", x.count)?),
+        );
+        w.set(
+            &key(Key::ExpertUsedCount),
+            Value::U32(u32_of("experts used", x.used)?),
+        );
+    }
     Ok(())
 }
 

@@ -3,8 +3,9 @@
 //! `generation_config.json`) that transformers and tinynn load: for sharing a fine-tuned
 //! model, or for running a GGUF file where only HF checkpoints are read.
 //!
-//! - **Architectures**: those of transformers' Llama layout (Llama, Mistral, Qwen2, Qwen3);
-//!   others are refused by name.
+//! - **Architectures**: those of transformers' Llama layout (Llama, Mistral, Qwen2, Qwen3,
+//!   and Mixtral: a Llama with experts, whose stacked `ffn_*_exps` tensors are written as
+//!   transformers' per-expert `w1` / `w2` / `w3` matrices); others are refused by name.
 //! - **Tensors**: exactly those the decoder reads, dequantized (any GGUF type) and stored as
 //!   F32, F16 or BF16 under their HF names; q/k rows un-permuted where llama.cpp's converter
 //!   permuted them for RoPE on adjacent pairs. Written one at a time, never the model whole.
@@ -89,6 +90,12 @@ pub fn export_hf(model: &Model, out: &Path, opts: &ExportOptions) -> Result<Expo
         )));
     };
     let hp = Hparams::from_config(config, false)?;
+    // llama.cpp writes Mixtral as a Llama with experts.
+    let (arch_name, class) = if hp.n_expert > 0 {
+        ("mixtral", "MixtralForCausalLM")
+    } else {
+        (arch.name, class)
+    };
     let src = model.source();
     let has = |name: &str| Ok(src.get(name)?.is_some());
     if has("rope_freqs.weight")? && !matches!(config.rope_scaling, RopeScaling::Llama3 { .. }) {
@@ -128,8 +135,22 @@ pub fn export_hf(model: &Model, out: &Path, opts: &ExportOptions) -> Result<Expo
     prepare_dir(out)?;
 
     let decls = declare(arch.decoder, &hp, &has)?;
+    // Each entry: its declaration, and the part of it (an expert of a stacked tensor).
     let mut entries = Vec::with_capacity(decls.len());
-    for d in &decls {
+    let mut parts: Vec<(usize, Option<usize>)> = Vec::with_capacity(decls.len());
+    for (i, d) in decls.iter().enumerate() {
+        if let Some(w) = expert_matrix(&d.name) {
+            let layer = d.name.split('.').nth(1).unwrap_or("0");
+            for x in 0..d.dims[2] {
+                entries.push(SafetensorsEntry {
+                    name: format!("model.layers.{layer}.block_sparse_moe.experts.{x}.{w}.weight"),
+                    dtype: st_dtype,
+                    shape: vec![d.dims[1], d.dims[0]],
+                });
+                parts.push((i, Some(x)));
+            }
+            continue;
+        }
         let hf = (arch.hf_name)(&d.name)
             .ok_or_else(|| invalid(format!("{}: no Hugging Face name", d.name)))?;
         entries.push(SafetensorsEntry {
@@ -137,21 +158,42 @@ pub fn export_hf(model: &Model, out: &Path, opts: &ExportOptions) -> Result<Expo
             dtype: st_dtype,
             shape: d.dims.iter().rev().copied().collect(),
         });
+        parts.push((i, None));
     }
     let weights = out.join("model.safetensors");
     // A tensor that cannot be read stops the writer; its own error is the one returned.
     let mut failed = None;
-    let written = write_safetensors(&weights, &entries, &[("format", "pt")], |i| {
+    // The last stacked tensor's bytes, which its experts' entries (in a row) slice.
+    let mut stacked: Option<(usize, Vec<u8>)> = None;
+    let written = write_safetensors(&weights, &entries, &[("format", "pt")], |e| {
+        let (i, part) = parts[e];
         let d = &decls[i];
-        tensor_bytes(
-            model,
-            &hp,
-            arch.gguf_qk_permuted,
-            &d.name,
-            &d.dims,
-            opts.dtype,
-        )
-        .map_err(|e| {
+        let bytes = |d: &crate::arch::TensorDecl| {
+            tensor_bytes(
+                model,
+                &hp,
+                arch.gguf_qk_permuted,
+                &d.name,
+                &d.dims,
+                opts.dtype,
+            )
+        };
+        let result = match part {
+            None => bytes(d),
+            Some(x) => {
+                let made = match stacked.take() {
+                    Some((j, b)) if j == i => Ok(b),
+                    _ => bytes(d),
+                };
+                made.map(|all| {
+                    let each = all.len() / d.dims[2];
+                    let part = all[x * each..(x + 1) * each].to_vec();
+                    stacked = Some((i, all));
+                    part
+                })
+            }
+        };
+        result.map_err(|e| {
             failed = Some(e);
             tinynn_format::Error::Invalid {
                 path: weights.clone(),
@@ -173,7 +215,7 @@ pub fn export_hf(model: &Model, out: &Path, opts: &ExportOptions) -> Result<Expo
         .and_then(|d| d.dims.get(1).copied())
         .unwrap_or(hp.n_vocab);
     let cfg = config_json(
-        arch.name,
+        arch_name,
         class,
         model,
         &hp,
@@ -216,10 +258,22 @@ pub fn export_hf(model: &Model, out: &Path, opts: &ExportOptions) -> Result<Expo
         write_json(&out.join("tokenizer_config.json"), &Json::Object(tc))?;
     }
     Ok(ExportReport {
-        architecture: arch.name.to_string(),
+        architecture: arch_name.to_string(),
         tensors: entries.len(),
         bytes,
         tokens,
+    })
+}
+
+/// transformers' Mixtral name (`w1`, `w2`, `w3`) of the expert matrices stacked in GGUF tensor
+/// `name`, when it is one.
+fn expert_matrix(name: &str) -> Option<&'static str> {
+    let part = name.strip_suffix(".weight")?.rsplit('.').next()?;
+    Some(match part {
+        "ffn_gate_exps" => "w1",
+        "ffn_down_exps" => "w2",
+        "ffn_up_exps" => "w3",
+        _ => return None,
     })
 }
 
@@ -323,9 +377,13 @@ fn config_json(
         put("attention_bias", json!(has("blk.0.attn_q.bias")?));
         put("mlp_bias", json!(false));
     }
+    if hp.n_expert > 0 {
+        put("num_local_experts", json!(hp.n_expert));
+        put("num_experts_per_tok", json!(hp.n_expert_used));
+    }
     match (&hp.swa, arch) {
         (Some(s), "mistral") => put("sliding_window", json!(s.window)),
-        (_, "mistral" | "qwen2" | "qwen3") => put("sliding_window", Json::Null),
+        (_, "mistral" | "mixtral" | "qwen2" | "qwen3") => put("sliding_window", Json::Null),
         _ => {}
     }
     if matches!(arch, "qwen2" | "qwen3") {

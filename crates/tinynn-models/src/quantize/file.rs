@@ -75,17 +75,13 @@ fn model_shape(file: &GgufFile) -> Result<ModelShape, QuantizeError> {
     {
         return Err(QuantizeError::Architecture(arch));
     }
-    if g.get_u64(Key::ExpertCount)?.unwrap_or(0) > 1 {
-        return Err(QuantizeError::Model(format!(
-            "{arch} with experts (MoE): tnn quantize knows the rules of dense models only"
-        )));
-    }
     let c = ModelConfig::from_gguf(g).map_err(|e| QuantizeError::Model(e.to_string()))?;
     Ok(ModelShape {
         arch,
         n_layer: c.n_layer,
         n_head: c.n_head,
         n_head_kv: c.n_head_kv,
+        n_expert: c.experts.map_or(0, |x| x.count),
     })
 }
 

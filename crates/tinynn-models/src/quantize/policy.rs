@@ -1,7 +1,7 @@
 //! Which type each tensor of a model gets for a [`Target`]: our reading of the rules
-//! llama.cpp's quantizer applies (`llama_tensor_get_type`), restricted to the dense
-//! architectures tinynn runs (those with [`QuantRules`] in `crate::arch::REGISTRY`; no MoE, no
-//! Falcon rules, no importance matrix).
+//! llama.cpp's quantizer applies (`llama_tensor_get_type`), restricted to the architectures
+//! tinynn runs (those with [`QuantRules`] in `crate::arch::REGISTRY`; no Falcon rules, no
+//! importance matrix).
 //!
 //! - Only 2-D (or higher) tensors whose names end in `weight` are converted, never norms; the
 //!   others keep their type.
@@ -15,6 +15,9 @@
 //!   (first two) or Q4_K, ffn_down Q5_K (first sixteenth) or Q4_K, attn_output Q4_K; Q3_K_L gives
 //!   all three Q5_K; Q3_K_S keeps Q3_K. 70B-class models get Q5_K for the remaining Q3_K/Q4_K
 //!   attn_v.
+//! - Mixtures of experts: routers (`ffn_gate_inp`) are never converted; the stacked experts
+//!   follow the ffn rules by their layer. With eight experts (Mixtral 8x) attn_k and attn_v get
+//!   Q8_0, and attn_output gets Q5_K for Q2_K, Q3_K_S, Q3_K_M, Q4_K_S and Q4_K_M.
 //! - A K type (256-element blocks) on a row length that is not a multiple of 256 falls back:
 //!   Q4_K → Q5_0, Q5_K → Q5_1, Q6_K → Q8_0, Q2_K/Q3_K → Q4_0; a row that does not even fit
 //!   32-element blocks gets F16. Each fallback is reported.
@@ -41,6 +44,8 @@ pub struct ModelShape {
     pub n_layer: u64,
     pub n_head: u64,
     pub n_head_kv: u64,
+    /// `{arch}.expert_count` (0: a dense model).
+    pub n_expert: u64,
 }
 
 /// How llama.cpp recognizes a 70B-class model of an architecture (`LLM_TYPE_70B`), whose
@@ -99,6 +104,7 @@ enum Category {
     Output,
     TokenEmbd,
     AttnV,
+    AttnK,
     AttnOutput,
     FfnDown,
     Other,
@@ -115,6 +121,8 @@ fn category(name: &str) -> Category {
     {
         // Fused QKV and MLA's kv_b carry the values, so they count as attn_v.
         Category::AttnV
+    } else if name.contains("attn_k.weight") {
+        Category::AttnK
     } else if name.contains("attn_output.weight") {
         Category::AttnOutput
     } else if name.contains("ffn_down") {
@@ -220,8 +228,13 @@ pub fn choose_types(model: &ModelShape, target: Target, tensors: &[TensorDesc]) 
                     if model.is_70b() && matches!(ty, GgmlType::Q3K | GgmlType::Q4K) {
                         ty = GgmlType::Q5K;
                     }
+                    if model.n_expert == 8 {
+                        // Eight experts (Mixtral 8x): the shared attention is a small part.
+                        ty = GgmlType::Q8_0;
+                    }
                     i_attn_v += 1;
                 }
+                Category::AttnK if model.n_expert == 8 => ty = GgmlType::Q8_0,
                 Category::FfnDown => {
                     let (i, n) = (i_ffn_down, model.n_layer);
                     match target {
@@ -234,6 +247,14 @@ pub fn choose_types(model: &ModelShape, target: Target, tensors: &[TensorDesc]) 
                         _ => {}
                     }
                     i_ffn_down += 1;
+                }
+                Category::AttnOutput if model.n_expert == 8 => {
+                    if matches!(
+                        target,
+                        Target::Q2K | Target::Q3KS | Target::Q3KM | Target::Q4KS | Target::Q4KM
+                    ) {
+                        ty = GgmlType::Q5K;
+                    }
                 }
                 Category::AttnOutput => match target {
                     Target::Q2K => ty = GgmlType::Q3K,

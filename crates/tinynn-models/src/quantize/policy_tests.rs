@@ -42,6 +42,7 @@ fn shape(arch: &str, n_layer: u64, n_head: u64, n_head_kv: u64) -> ModelShape {
         n_layer,
         n_head,
         n_head_kv,
+        n_expert: 0,
     }
 }
 
@@ -260,4 +261,48 @@ fn rows_that_fit_no_block_become_f16() {
     let c = choose_types(&m, Target::Q8_0, &tensors);
     assert_eq!(c[0], fell(F16, Q8_0, 100));
     assert_eq!(c[1], plain(Q8_0));
+}
+
+/// A Mixtral-shaped model (8 experts): the routers stay F32, the stacked experts follow the
+/// ffn rules by layer, attn_k / attn_v get Q8_0, and attn_output Q5_K for Q4_K_M (not for
+/// Q3_K_L, which llama.cpp leaves at its default there); 4 experts change nothing.
+#[test]
+fn eight_experts_get_llama_cpp_s_moe_rules() {
+    let (n_layer, e, ff) = (8u64, 256u64, 512u64);
+    let mut v = llama(n_layer, e, e / 4, ff, false);
+    v.retain(|t| {
+        !t.name.contains("ffn_gate.")
+            && !t.name.contains("ffn_up.")
+            && !t.name.contains("ffn_down.")
+    });
+    for i in 0..n_layer {
+        let b = |s: &str| format!("blk.{i}.{s}.weight");
+        v.extend([
+            t(&b("ffn_gate_inp"), &[e, 8], F32),
+            t(&b("ffn_gate_exps"), &[e, ff, 8], F16),
+            t(&b("ffn_up_exps"), &[e, ff, 8], F16),
+            t(&b("ffn_down_exps"), &[ff, e, 8], F16),
+        ]);
+    }
+    let mut model = shape("llama", n_layer, 32, 8);
+    model.n_expert = 8;
+    let c = choose_types(&model, Target::Q4KM, &v);
+    for i in 0..n_layer {
+        let at = |s: &str| of(&v, &c, &format!("blk.{i}.{s}.weight"));
+        assert_eq!(at("ffn_gate_inp"), plain(F32));
+        assert_eq!(at("attn_k"), plain(Q8_0));
+        assert_eq!(at("attn_v"), plain(Q8_0));
+        assert_eq!(at("attn_output"), plain(Q5K));
+        assert_eq!(at("attn_q"), plain(Q4K));
+        assert_eq!(at("ffn_gate_exps"), plain(Q4K));
+        let down = if use_more_bits(i, n_layer) { Q6K } else { Q4K };
+        assert_eq!(at("ffn_down_exps"), plain(down), "layer {i}");
+    }
+    let c = choose_types(&model, Target::Q3KL, &v);
+    assert_eq!(of(&v, &c, "blk.0.attn_output.weight"), plain(Q3K));
+    assert_eq!(of(&v, &c, "blk.0.ffn_down_exps.weight"), plain(Q5K));
+    model.n_expert = 4;
+    let c = choose_types(&model, Target::Q4KM, &v);
+    assert_eq!(of(&v, &c, "blk.0.attn_k.weight"), plain(Q4K));
+    assert_eq!(of(&v, &c, "blk.0.attn_output.weight"), plain(Q4K));
 }

@@ -9,13 +9,14 @@ use tinynn_format::GgmlType;
 use tinynn_models::convert::{convert_hf, ConvertOptions};
 use tinynn_models::model::Model;
 
-pub const BASES: [&str; 6] = [
+pub const BASES: [&str; 7] = [
     "tiny-llama",
     "tiny-qwen3",
     "tiny-gemma3",
     "tiny-gpt2",
     "tiny-gptneox",
     "tiny-phi3",
+    "tiny-mixtral",
 ];
 
 /// New dims for a tensor's dims.
@@ -110,6 +111,21 @@ pub fn mutants() -> Vec<Mutant> {
             u(u32::MAX),
         ),
         key("no architecture", "general.architecture", None),
+        key("more experts used than there are", "expert_used_count", u(9)),
+        key("no experts used", "expert_used_count", u(0)),
+        key("eight experts where four are stored", "expert_count", u(8)),
+        key("2^20 experts", "expert_count", u(1 << 20)),
+        key("experts without a count used", "expert_count", u(4)),
+        Mutant {
+            drop: vec!["blk.0.ffn_gate_inp.weight"],
+            ..mutant("a router missing")
+        },
+        Mutant {
+            reshape: Some(("blk.1.ffn_down_exps.weight", |d| {
+                vec![d[0], d[1] * 2, d[2] / 2]
+            })),
+            ..mutant("experts of the wrong shape")
+        },
         Mutant {
             drop: vec!["blk.1.attn_output.weight"],
             ..mutant("a block tensor missing")

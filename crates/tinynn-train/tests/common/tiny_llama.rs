@@ -29,6 +29,7 @@ pub fn config(n_ff: u64) -> ModelConfig {
         tie_word_embeddings: Some(true),
         parallel_residual: None,
         attn: Default::default(),
+        experts: None,
     }
 }
 
