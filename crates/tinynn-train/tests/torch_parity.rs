@@ -1,7 +1,8 @@
 //! tinynn-train against PyTorch on tiny random models (committed fixtures from
 //! scripts/make-train-fixtures.py and scripts/make-zoo-train-fixtures.py): the loss and EVERY
 //! parameter gradient of one step within 1e-4 (per tensor, max|a − b| / max|b|), and 10 AdamW
-//! steps' losses within 1e-4 relative.
+//! steps' losses within 1e-4 relative; and LoRA against peft (scripts/make-lora-fixtures.py):
+//! with every projection adapted and A, B both non-zero, the loss and every A and B gradient.
 //! Normal (multi-threaded, non-strict) mode.
 
 mod common;
@@ -40,6 +41,98 @@ fn gradients_match(name: &str, threads: usize, strict: bool) {
         e.loss, worst.1, worst.0
     );
     assert!(loss_err <= TOL, "{name}: loss {loss} vs {}", e.loss);
+}
+
+/// LoRA (`--targets all`, rank 4, alpha 8, no dropout) from peft's A and B: the loss and the
+/// gradient of every adapter tensor within 1e-4 of peft's, and peft adapted exactly the
+/// projections tinynn does.
+fn lora_gradients_match(name: &str) {
+    use tinynn_format::safetensors::SafetensorsFile;
+    use tinynn_train::{LoraConfig, NamedTensor, Targets};
+    let e = expected(name);
+    let dir = HfModelDir::open(fixture_dir(name)).unwrap();
+    let want: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(fixture_dir(name).join("lora.json")).unwrap(),
+    )
+    .unwrap();
+    let mut cfg = train_config(&e, 2, false);
+    cfg.lora = Some(LoraConfig {
+        rank: want["rank"].as_u64().unwrap() as usize,
+        alpha: want["alpha"].as_f64().unwrap() as f32,
+        dropout: 0.0,
+        targets: Targets::parse("all").unwrap(),
+        seed: 1,
+    });
+    let mut t = Trainer::new(&dir, cfg).unwrap();
+    let f = SafetensorsFile::open(fixture_dir(name).join("lora.safetensors")).unwrap();
+    let values = |t: &tinynn_format::safetensors::SafetensorsTensor| -> Vec<f32> {
+        f.tensor_data(t)
+            .chunks_exact(4)
+            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+            .collect()
+    };
+    let init: Vec<NamedTensor> = f
+        .tensors()
+        .iter()
+        .filter(|t| !t.name.ends_with(".grad"))
+        .map(|t| NamedTensor {
+            name: t.name.clone(),
+            dims: t.shape.iter().rev().copied().collect(),
+            data: values(t),
+        })
+        .collect();
+    let mut ours: Vec<&str> = t.param_specs().iter().map(|p| p.name.as_str()).collect();
+    let mut theirs: Vec<&str> = init.iter().map(|t| t.name.as_str()).collect();
+    ours.sort_unstable();
+    theirs.sort_unstable();
+    assert_eq!(ours, theirs, "{name}: adapted tensors");
+    t.load_params(&init).unwrap();
+    let (loss, grads) = t.gradients(&e.ids, &e.labels).unwrap();
+    let want_loss = want["loss"].as_f64().unwrap();
+    let loss_err = (f64::from(loss) - want_loss).abs() / want_loss;
+    let mut worst = (0f64, String::new());
+    for g in &grads {
+        let w = f
+            .tensors()
+            .iter()
+            .find(|t| t.name == format!("{}.grad", g.name))
+            .map(|t| values(t))
+            .unwrap_or_else(|| panic!("peft has no gradient for {}", g.name));
+        let err = rel_err(&g.data, &w);
+        assert!(
+            err <= TOL,
+            "{name}: LoRA gradient of {} off by {err:.3e}",
+            g.name
+        );
+        if err > worst.0 {
+            worst = (err, g.name.clone());
+        }
+    }
+    println!(
+        "{name} LoRA: loss {loss} vs peft {want_loss} (rel {loss_err:.2e}); worst of {} adapter gradients {} rel {:.2e}",
+        grads.len(),
+        worst.1,
+        worst.0
+    );
+    assert!(loss_err <= TOL, "{name}: LoRA loss {loss} vs {want_loss}");
+}
+
+/// Every attention architecture's LoRA against peft.
+#[test]
+fn lora_loss_and_adapter_gradients_match_peft_on_every_architecture() {
+    for name in [
+        "train-llama",
+        "train-qwen2-tied",
+        "train-gemma",
+        "train-gemma2",
+        "train-gemma3",
+        "train-gpt2",
+        "train-gptneox",
+        "train-phi3",
+        "train-mixtral",
+    ] {
+        lora_gradients_match(name);
+    }
 }
 
 fn adamw_losses_match(name: &str) {

@@ -111,7 +111,11 @@ pub fn mutants() -> Vec<Mutant> {
             u(u32::MAX),
         ),
         key("no architecture", "general.architecture", None),
-        key("more experts used than there are", "expert_used_count", u(9)),
+        key(
+            "more experts used than there are",
+            "expert_used_count",
+            u(9),
+        ),
         key("no experts used", "expert_used_count", u(0)),
         key("eight experts where four are stored", "expert_count", u(8)),
         key("2^20 experts", "expert_count", u(1 << 20)),
