@@ -96,7 +96,7 @@ fn lora_gradients_match(name: &str) {
             .tensors()
             .iter()
             .find(|t| t.name == format!("{}.grad", g.name))
-            .map(|t| values(t))
+            .map(&values)
             .unwrap_or_else(|| panic!("peft has no gradient for {}", g.name));
         let err = rel_err(&g.data, &w);
         assert!(
