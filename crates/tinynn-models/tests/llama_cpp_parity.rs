@@ -106,7 +106,7 @@ fn compare(
     for (pi, r) in refs.iter().enumerate() {
         let so = SessionOptions {
             n_ctx: 1024,
-            exec: exec.clone(),
+            exec,
             ..SessionOptions::default()
         };
         let mut s = Session::with_options(model.clone(), so).unwrap();
