@@ -13,20 +13,18 @@ use tinynn_train::Trainer;
 
 const TOL: f64 = 1e-4;
 
-fn gradients_match(name: &str, threads: usize, strict: bool) {
-    let e = expected(name);
-    let dir = HfModelDir::open(fixture_dir(name)).unwrap();
-    let mut t = Trainer::new(&dir, train_config(&e, threads, strict)).unwrap();
-    let (loss, grads) = t.gradients(&e.ids, &e.labels).unwrap();
-    let want = torch_grads(name);
-    assert_eq!(grads.len(), want.len(), "parameter count");
-    let loss_err = f64::from((loss - e.loss).abs()) / f64::from(e.loss.abs());
-    let mut worst = (0.0f64, String::new());
-    for g in &grads {
-        let w = want
-            .get(&g.name)
-            .unwrap_or_else(|| panic!("PyTorch has no gradient for {}", g.name));
-        let err = rel_err(&g.data, w);
+/// Every gradient of `grads` within [`TOL`] of the reference `want(name)` gives: the worst
+/// relative error and its tensor.
+fn worst_gradient(
+    name: &str,
+    grads: &[tinynn_train::NamedTensor],
+    want: impl Fn(&str) -> Option<Vec<f32>>,
+) -> (f64, String) {
+    let mut worst = (0f64, String::new());
+    for g in grads {
+        let w = want(&g.name)
+            .unwrap_or_else(|| panic!("{name}: the reference has no gradient for {}", g.name));
+        let err = rel_err(&g.data, &w);
         assert!(
             err <= TOL,
             "{name}: gradient of {} off by {err:.3e}",
@@ -36,6 +34,18 @@ fn gradients_match(name: &str, threads: usize, strict: bool) {
             worst = (err, g.name.clone());
         }
     }
+    worst
+}
+
+fn gradients_match(name: &str, threads: usize, strict: bool) {
+    let e = expected(name);
+    let dir = HfModelDir::open(fixture_dir(name)).unwrap();
+    let mut t = Trainer::new(&dir, train_config(&e, threads, strict)).unwrap();
+    let (loss, grads) = t.gradients(&e.ids, &e.labels).unwrap();
+    let want = torch_grads(name);
+    assert_eq!(grads.len(), want.len(), "parameter count");
+    let loss_err = f64::from((loss - e.loss).abs()) / f64::from(e.loss.abs());
+    let worst = worst_gradient(name, &grads, |n| want.get(n).cloned());
     println!(
         "{name} (threads {threads}, strict {strict}): loss {loss} vs {} (rel {loss_err:.2e}); worst gradient {} rel {:.2e}",
         e.loss, worst.1, worst.0
@@ -90,24 +100,10 @@ fn lora_gradients_match(name: &str) {
     let (loss, grads) = t.gradients(&e.ids, &e.labels).unwrap();
     let want_loss = want["loss"].as_f64().unwrap();
     let loss_err = (f64::from(loss) - want_loss).abs() / want_loss;
-    let mut worst = (0f64, String::new());
-    for g in &grads {
-        let w = f
-            .tensors()
-            .iter()
-            .find(|t| t.name == format!("{}.grad", g.name))
-            .map(&values)
-            .unwrap_or_else(|| panic!("peft has no gradient for {}", g.name));
-        let err = rel_err(&g.data, &w);
-        assert!(
-            err <= TOL,
-            "{name}: LoRA gradient of {} off by {err:.3e}",
-            g.name
-        );
-        if err > worst.0 {
-            worst = (err, g.name.clone());
-        }
-    }
+    let worst = worst_gradient(name, &grads, |n| {
+        let grad = format!("{n}.grad");
+        f.tensors().iter().find(|t| t.name == grad).map(&values)
+    });
     println!(
         "{name} LoRA: loss {loss} vs peft {want_loss} (rel {loss_err:.2e}); worst of {} adapter gradients {} rel {:.2e}",
         grads.len(),
