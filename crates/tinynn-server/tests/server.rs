@@ -1,6 +1,7 @@
 //! The server on loopback with the default model, driven over raw HTTP/1.0: OpenAI shapes,
 //! greedy text equal to the library's (alone and 4 clients at once), stop strings, usage,
-//! seeds, logprobs, errors, a client that disconnects, the API key and a full queue.
+//! seeds, logprobs, errors, a client that disconnects, the API key and a full queue; and every
+//! model-zoo architecture's tiny fixture served, its clients' text the library's.
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -605,4 +606,70 @@ fn gemma3_clients_get_the_librarys_text() {
     }
     assert!(long_answer["usage"]["prompt_tokens"].as_u64().unwrap() > 512);
     assert_eq!(long_answer["usage"]["completion_tokens"], n);
+}
+
+/// Every model-zoo architecture (`tinynn-models`' tiny transformers fixtures, with the tiny
+/// Llama's tokenizer beside them) served from its HF directory: three clients at once get the
+/// library's greedy text, and a streamed completion's pieces make the same text.
+#[test]
+fn zoo_architectures_serve_the_librarys_text() {
+    let fixtures =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../tinynn-models/tests/fixtures");
+    let tmp = tempfile::tempdir().unwrap();
+    for name in [
+        "tiny-mistral-swa",
+        "tiny-gemma2",
+        "tiny-gemma3",
+        "tiny-gpt2",
+        "tiny-gptneox",
+        "tiny-phi3",
+        "tiny-mixtral",
+    ] {
+        let dir = tmp.path().join(name);
+        std::fs::create_dir_all(&dir).unwrap();
+        for f in ["config.json", "model.safetensors"] {
+            std::fs::copy(fixtures.join(name).join(f), dir.join(f)).unwrap();
+        }
+        std::fs::copy(
+            fixtures.join("tiny-llama/tokenizer.json"),
+            dir.join("tokenizer.json"),
+        )
+        .unwrap();
+        let srv = spawn(ServerConfig {
+            model: dir.clone(),
+            port: 0,
+            n_ctx: 256,
+            slots: 3,
+            queue: 8,
+            exec: exec(),
+            ..ServerConfig::default()
+        })
+        .expect("server starts");
+        srv.wait_ready().expect("model loads");
+        let addr = srv.addr();
+        let model = Model::open(&dir).unwrap();
+        let prompts = ["This License", "the terms of", "You may convey"];
+        let n = 10;
+        let texts: Vec<Value> = std::thread::scope(|sc| {
+            let handles: Vec<_> = prompts
+                .iter()
+                .map(|p| {
+                    sc.spawn(move || {
+                        let body = json!({"prompt": p, "max_tokens": n, "temperature": 0});
+                        let (status, v) = post(addr, "/v1/completions", &body);
+                        assert_eq!(status, 200, "{name}: {v}");
+                        v
+                    })
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        for (p, v) in prompts.iter().zip(&texts) {
+            let want = alone(&model, p, n);
+            assert_eq!(v["choices"][0]["text"], want.as_str(), "{name}: prompt {p}");
+        }
+        let body = json!({"prompt": prompts[0], "max_tokens": n, "temperature": 0, "stream": true});
+        let (streamed, _, _) = stream_completion(addr, &body);
+        assert_eq!(streamed, alone(&model, prompts[0], n), "{name}: streamed");
+    }
 }
