@@ -35,7 +35,7 @@ echo "== kernel, executor, training and model-fixture tests at TINYNN_ISA=avx2 a
 scripts/test-isa-levels.sh
 
 echo "== fuzz corpora replayed with integer overflow checks on (profile overflow)"
-cargo test --profile overflow -p tinynn-format -p tinynn-train --test malformed --test fuzz_corpora
+cargo test --profile overflow -p tinynn-format -p tinynn-train -p tinynn-models --test malformed --test fuzz_corpora --test fuzz_model_gguf
 
 echo "== cargo install, and the installed tnn run from another directory"
 scripts/test-install.sh
