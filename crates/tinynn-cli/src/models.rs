@@ -104,7 +104,8 @@ pub struct RmArgs {
 pub fn list(_: &ListArgs) -> Result<()> {
     let dir = model_cache::models_dir()?;
     let files = model_cache::cached_files()?;
-    println!("{:<10} {:>10}  {:<8} FILE", "NAME", "SIZE", "STATUS");
+    use std::fmt::Write as _;
+    let mut out = format!("{:<10} {:>10}  {:<8} FILE\n", "NAME", "SIZE", "STATUS");
     for m in KnownModel::ALL {
         let e = m.entry();
         let cached = files.iter().find(|f| f.known == Some(m));
@@ -113,7 +114,8 @@ pub fn list(_: &ListArgs) -> Result<()> {
             Some(_) => "damaged",
             None => "-",
         };
-        println!(
+        let _ = writeln!(
+            out,
             "{:<10} {:>10}  {:<8} {}  ({})",
             e.name,
             human_size(e.size),
@@ -124,7 +126,8 @@ pub fn list(_: &ListArgs) -> Result<()> {
     }
     for f in files.iter().filter(|f| f.known.is_none()) {
         let name = f.path.file_name().unwrap_or_default().to_string_lossy();
-        println!(
+        let _ = writeln!(
+            out,
             "{:<10} {:>10}  {:<8} {}",
             "-",
             human_size(f.size),
@@ -132,8 +135,9 @@ pub fn list(_: &ListArgs) -> Result<()> {
             name
         );
     }
-    println!("cache: {}", dir.display());
-    Ok(())
+    let _ = writeln!(out, "cache: {}", dir.display());
+    // A reader that stops early (`| grep -q`, `| head`) ends the output quietly.
+    crate::generate::emit(&out)
 }
 
 /// `tnn pull NAME...`: fetch each (or check its cached copy); prints each file's path.
@@ -149,7 +153,7 @@ pub fn pull(args: &PullArgs) -> Result<()> {
         if how == Pulled::AlreadyCached {
             eprintln!("tinynn: {} is cached and intact", m.name());
         }
-        println!("{}", model_cache::model_path(m)?.display());
+        crate::generate::emit(&format!("{}\n", model_cache::model_path(m)?.display()))?;
     }
     Ok(())
 }

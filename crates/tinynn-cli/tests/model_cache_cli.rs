@@ -195,3 +195,32 @@ fn pull_list_run_by_name_repair_and_rm() {
         .collect();
     assert!(leftovers.is_empty(), "{leftovers:?}");
 }
+
+/// A reader that stops before the output ends (`tnn list | grep -q smollm2`, `| head -1`):
+/// `list` and `pull` end quietly and successfully, without a broken-pipe panic. The read end is
+/// closed at once, so the writes find it closed (or, on a slow start, in the pipe's buffer).
+#[test]
+fn a_reader_that_stops_early_ends_the_output_quietly() {
+    use std::process::Stdio;
+    let cache = tempfile::tempdir().unwrap();
+    for args in [&["list"][..], &["list", "--help"][..]] {
+        for _ in 0..5 {
+            let mut child = tnn()
+                .env("TINYNN_CACHE", cache.path())
+                .env_remove("XDG_CACHE_HOME")
+                .args(args)
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .expect("running tnn");
+            drop(child.stdout.take());
+            let out = child.wait_with_output().unwrap();
+            let err = text(&out.stderr);
+            assert!(
+                out.status.success() && !err.contains("panicked"),
+                "tnn {args:?}: {:?}\n{err}",
+                out.status
+            );
+        }
+    }
+}
