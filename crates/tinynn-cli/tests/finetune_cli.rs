@@ -260,6 +260,93 @@ fn train_from_a_config_and_bad_input() {
     assert!(out.stderr.contains("general.type"), "{}", out.stderr);
 }
 
+/// A mixture of experts trained from scratch (`n_expert`, `n_expert_used` in the config): the
+/// loss falls, the exported model names its experts and runs; expert settings that cannot
+/// work are one-line errors.
+#[test]
+fn train_a_mixture_of_experts_from_scratch() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = text_file(dir.path());
+    let train = |name: &str, json: &str| {
+        let config = dir.path().join(format!("{name}.json"));
+        std::fs::write(&config, json).unwrap();
+        let mut cmd = tnn();
+        cmd.args(["train", "--config"])
+            .arg(&config)
+            .arg("--data")
+            .arg(&data)
+            .args([
+                "--seq", "16", "--batch", "2", "--steps", "8", "--lr", "3e-3",
+            ])
+            .args([
+                "-t",
+                "2",
+                "--eval-frac",
+                "0",
+                "--export-type",
+                "f32",
+                "--out",
+            ])
+            .arg(dir.path().join(name));
+        run_measured(&mut cmd)
+    };
+    let out = train(
+        "moe",
+        r#"{"n_embd": 32, "n_layer": 2, "n_head": 4, "n_ff": 48, "n_ctx": 64, "n_expert": 4, "n_expert_used": 2}"#,
+    );
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    let metrics = std::fs::read_to_string(dir.path().join("moe/metrics.jsonl")).unwrap();
+    let losses: Vec<f64> = metrics
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter_map(|v| v["loss"].as_f64())
+        .collect();
+    assert!(
+        losses.len() >= 8 && losses[losses.len() - 1] < losses[0],
+        "losses {losses:?}"
+    );
+    let model = dir.path().join("moe/model.gguf");
+    let shown = run_measured(tnn().arg("inspect").arg(&model));
+    assert!(
+        shown
+            .stdout
+            .contains("experts         4 per block, 2 per token"),
+        "{}",
+        shown.stdout
+    );
+    let mut cmd = tnn();
+    cmd.args([
+        "run", "-p", "the", "-n", "4", "--temp", "0", "-t", "1", "-m",
+    ])
+    .arg(&model);
+    let out = run_measured(&mut cmd);
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+
+    for (json, want) in [
+        (
+            r#"{"n_embd": 32, "n_layer": 1, "n_head": 4, "n_ff": 48, "n_expert": 4}"#,
+            "go together",
+        ),
+        (
+            r#"{"n_embd": 32, "n_layer": 1, "n_head": 4, "n_ff": 48, "n_expert": 4, "n_expert_used": 5}"#,
+            "n_expert_used 5",
+        ),
+        (
+            r#"{"n_embd": 32, "n_layer": 1, "n_head": 4, "n_ff": 48, "n_expert": 100000, "n_expert_used": 2}"#,
+            "n_expert 100000",
+        ),
+        (
+            r#"{"architecture": "gemma", "n_embd": 32, "n_layer": 1, "n_head": 4, "n_ff": 48, "n_expert": 4, "n_expert_used": 2}"#,
+            "no mixture-of-experts form",
+        ),
+    ] {
+        let out = train("bad", json);
+        assert_ne!(out.code, Some(0), "{json}");
+        assert!(out.stderr.contains(want), "{json}: {}", out.stderr);
+        assert_eq!(out.stderr.trim().lines().count(), 1, "{}", out.stderr);
+    }
+}
+
 /// Ctrl-C (SIGINT) saves a checkpoint and exits cleanly; `--resume` continues from it.
 #[test]
 fn ctrl_c_saves_a_checkpoint_and_exits_cleanly() {

@@ -4,7 +4,7 @@
 
 use serde::Deserialize;
 use tinynn_format::gguf::{GgufFile, GgufString, Value};
-use tinynn_format::model_config::{Architecture, ModelConfig, RopeScaling};
+use tinynn_format::model_config::{Architecture, Experts, ModelConfig, RopeScaling, MAX_EXPERTS};
 use tinynn_models::arch;
 
 use crate::error::{Result, TrainError};
@@ -43,6 +43,11 @@ pub struct ScratchConfig {
     #[serde(default = "yes")]
     /// Output head tied to the embedding (default true).
     pub tie_word_embeddings: bool,
+    /// Experts of a mixture-of-experts feed-forward (Mixtral-style, the Llama family only;
+    /// default: a dense feed-forward).
+    pub n_expert: Option<u64>,
+    /// Experts each token is routed to (required with `n_expert`).
+    pub n_expert_used: Option<u64>,
 }
 
 fn llama() -> String {
@@ -85,7 +90,24 @@ impl ScratchConfig {
                 self.n_head
             )));
         }
-        Ok(ModelConfig {
+        let experts = match (self.n_expert, self.n_expert_used) {
+            (None, None) => None,
+            (Some(count), Some(used)) => {
+                if !(2..=MAX_EXPERTS).contains(&count) || used == 0 || used > count {
+                    return Err(TrainError::Invalid(format!(
+                        "n_expert {count} must be 2 to {MAX_EXPERTS}, and n_expert_used {used} 1 to n_expert"
+                    )));
+                }
+                Some(Experts { count, used })
+            }
+            _ => {
+                return Err(TrainError::Invalid(
+                    "n_expert and n_expert_used go together (a mixture of experts needs both)"
+                        .into(),
+                ))
+            }
+        };
+        let config = ModelConfig {
             architecture,
             n_vocab: Some(self.n_vocab.unwrap_or(n_vocab)),
             n_ctx_train: Some(self.n_ctx),
@@ -102,8 +124,13 @@ impl ScratchConfig {
             tie_word_embeddings: Some(self.tie_word_embeddings),
             parallel_residual: None,
             attn: Default::default(),
-            experts: None,
-        })
+            experts,
+        };
+        // The architecture's own checks (experts only where it has a mixture form; their
+        // counts within the limits).
+        tinynn_models::arch::Hparams::from_config(&config, false)
+            .map_err(|e| TrainError::Invalid(e.to_string()))?;
+        Ok(config)
     }
 }
 
@@ -134,6 +161,10 @@ pub fn export_metadata(c: &ModelConfig, tok: &GgufFile) -> Vec<(String, Value)> 
         ("vocab_size", c.n_vocab.unwrap_or(0)),
     ] {
         m.push((key(k), Value::U32(v as u32)));
+    }
+    if let Some(x) = c.experts {
+        m.push((key("expert_count"), Value::U32(x.count as u32)));
+        m.push((key("expert_used_count"), Value::U32(x.used as u32)));
     }
     m.push((
         key("attention.layer_norm_rms_epsilon"),
