@@ -3,13 +3,13 @@
 //! decodes a token — never a panic.
 #![no_main]
 
-use std::io::Write;
 use std::sync::{Arc, OnceLock};
 
 use libfuzzer_sys::fuzz_target;
-use tinynn_models::lora::{AppliedLora, LoraAdapter};
 use tinynn_models::model::Model;
-use tinynn_models::session::{Session, SessionOptions};
+
+#[path = "bodies.rs"]
+mod bodies;
 
 fn base() -> &'static Arc<Model> {
     static BASE: OnceLock<Arc<Model>> = OnceLock::new();
@@ -23,25 +23,5 @@ fn base() -> &'static Arc<Model> {
 }
 
 fuzz_target!(|data: &[u8]| {
-    let Ok(mut f) = tempfile::NamedTempFile::new() else {
-        return;
-    };
-    if f.write_all(data).is_err() {
-        return;
-    }
-    let Ok(adapter) = LoraAdapter::open(f.path()) else {
-        return;
-    };
-    let model = base();
-    if adapter.check_base(&model.source()).is_err() {
-        return;
-    }
-    let opts = SessionOptions {
-        n_ctx: 8,
-        lora: vec![AppliedLora::new(adapter, 0.5)],
-        ..SessionOptions::default()
-    };
-    if let Ok(mut s) = Session::with_options(model.clone(), opts) {
-        let _ = s.eval_batch(&[1, 2, 3]);
-    }
+    bodies::lora_adapter(base(), data);
 });

@@ -8,6 +8,7 @@ mod common;
 
 use std::path::{Path, PathBuf};
 
+use common::ffi_wait4::Outcome;
 use common::{run_measured, tnn};
 
 fn tiny_model() -> PathBuf {
@@ -195,6 +196,29 @@ fn three_non_finite_steps_stop_training_with_the_last_checkpoint_intact() {
     assert_eq!(losses(&ok_dir).len(), 4);
 }
 
+/// `tnn train --config CONFIG` on `data` (sequences of 16, batches of 2, 2 threads, no
+/// held-out split) for `steps` at learning rate `lr`, exporting F32 into `out`.
+fn train_scratch(config: &Path, data: &Path, out: &Path, steps: u32, lr: &str) -> Outcome {
+    let steps = steps.to_string();
+    let mut cmd = tnn();
+    cmd.args(["train", "--config"])
+        .arg(config)
+        .arg("--data")
+        .arg(data)
+        .args(["--seq", "16", "--batch", "2", "--steps", &steps, "--lr", lr])
+        .args([
+            "-t",
+            "2",
+            "--eval-frac",
+            "0",
+            "--export-type",
+            "f32",
+            "--out",
+        ])
+        .arg(out);
+    run_measured(&mut cmd)
+}
+
 #[test]
 fn train_from_a_config_and_bad_input() {
     let dir = tempfile::tempdir().unwrap();
@@ -206,25 +230,7 @@ fn train_from_a_config_and_bad_input() {
     )
     .unwrap();
     let out_dir = dir.path().join("scratch");
-    let mut cmd = tnn();
-    cmd.args(["train", "--config"])
-        .arg(&config)
-        .arg("--data")
-        .arg(&data)
-        .args([
-            "--seq", "16", "--batch", "2", "--steps", "3", "--lr", "1e-3",
-        ])
-        .args([
-            "-t",
-            "2",
-            "--eval-frac",
-            "0",
-            "--export-type",
-            "f32",
-            "--out",
-        ])
-        .arg(&out_dir);
-    let out = run_measured(&mut cmd);
+    let out = train_scratch(&config, &data, &out_dir, 3, "1e-3");
     assert_eq!(out.code, Some(0), "{}", out.stderr);
     let model = out_dir.join("model.gguf");
     assert!(model.is_file());
@@ -270,25 +276,7 @@ fn train_a_mixture_of_experts_from_scratch() {
     let train = |name: &str, json: &str| {
         let config = dir.path().join(format!("{name}.json"));
         std::fs::write(&config, json).unwrap();
-        let mut cmd = tnn();
-        cmd.args(["train", "--config"])
-            .arg(&config)
-            .arg("--data")
-            .arg(&data)
-            .args([
-                "--seq", "16", "--batch", "2", "--steps", "8", "--lr", "3e-3",
-            ])
-            .args([
-                "-t",
-                "2",
-                "--eval-frac",
-                "0",
-                "--export-type",
-                "f32",
-                "--out",
-            ])
-            .arg(dir.path().join(name));
-        run_measured(&mut cmd)
+        train_scratch(&config, &data, &dir.path().join(name), 8, "3e-3")
     };
     let out = train(
         "moe",

@@ -24,6 +24,17 @@ fn exec() -> ExecOptions {
 
 fn server(slots: usize, ctx: usize, queue: usize, api_key: Option<&str>) -> RunningServer {
     let model = tinynn_format::model_cache::require_default_model().expect("default model");
+    server_on(model, slots, ctx, queue, api_key)
+}
+
+/// A server of `model`, started and loaded.
+fn server_on(
+    model: std::path::PathBuf,
+    slots: usize,
+    ctx: usize,
+    queue: usize,
+    api_key: Option<&str>,
+) -> RunningServer {
     let s = spawn(ServerConfig {
         model,
         port: 0,
@@ -560,17 +571,7 @@ fn a_model_that_fails_to_load_is_reported_by_health() {
 fn gemma3_clients_get_the_librarys_text() {
     use tinynn_format::model_cache::{require_model, KnownModel};
     let path = require_model(KnownModel::Gemma3).unwrap();
-    let srv = spawn(ServerConfig {
-        model: path.clone(),
-        port: 0,
-        n_ctx: 4096,
-        slots: 4,
-        queue: 8,
-        exec: exec(),
-        ..ServerConfig::default()
-    })
-    .expect("server starts");
-    srv.wait_ready().expect("model loads");
+    let srv = server_on(path.clone(), 4, 4096, 8, None);
     let addr = srv.addr();
     let model = Model::open(&path).unwrap();
     let prompts = [
@@ -635,17 +636,7 @@ fn zoo_architectures_serve_the_librarys_text() {
             dir.join("tokenizer.json"),
         )
         .unwrap();
-        let srv = spawn(ServerConfig {
-            model: dir.clone(),
-            port: 0,
-            n_ctx: 256,
-            slots: 3,
-            queue: 8,
-            exec: exec(),
-            ..ServerConfig::default()
-        })
-        .expect("server starts");
-        srv.wait_ready().expect("model loads");
+        let srv = server_on(dir.clone(), 3, 256, 8, None);
         let addr = srv.addr();
         let model = Model::open(&dir).unwrap();
         let prompts = ["This License", "the terms of", "You may convey"];

@@ -1,16 +1,18 @@
 //! Replays the corpora of the fuzz targets past the parsers (fuzz/corpus/{chat_template,
 //! chat_jsonl, tokenizer_gguf, tokenizer_json, checkpoint, lora_adapter, bin_data}: the seeds
 //! and whatever `cargo fuzz` kept) through
-//! the same code the targets run: nothing panics, and the seeds that are valid work. The test
+//! the same code the targets run (`fuzz/fuzz_targets/bodies.rs`, shared with them; the chat and
+//! checkpoint targets are one call each): nothing panics, and the seeds that are valid work. The test
 //! command also runs this in the `overflow` profile (release with overflow checks).
 
 use std::path::Path;
 
-use tinynn_format::gguf::Gguf;
 use tinynn_format::malformed_corpus::fuzz_corpus;
 use tinynn_models::chat::{ChatTemplate, Message};
-use tinynn_models::tokenizer::Tokenizer;
 use tinynn_train::data::parse_messages;
+
+#[path = "../../../fuzz/fuzz_targets/bodies.rs"]
+mod bodies;
 
 fn no_panic<T>(path: &Path, f: impl FnOnce() -> T) -> T {
     std::panic::catch_unwind(std::panic::AssertUnwindSafe(f))
@@ -65,22 +67,9 @@ fn chat_jsonl_lines() {
 fn gguf_vocabularies() {
     let mut built = 0;
     for (path, data) in fuzz_corpus("tokenizer_gguf") {
-        no_panic(&path, || {
-            let Ok(g) = Gguf::parse(&data) else { return };
-            let _ = tinynn_models::vocab::Vocab::from_gguf(&g);
-            let Ok(tok) = Tokenizer::from_gguf(&g) else {
-                return;
-            };
+        if no_panic(&path, || bodies::tokenizer_gguf(&data)) {
             built += 1;
-            if let Ok(ids) = tok.encode("Hello wörld 12345 🦀 <s>", true) {
-                let _ = tok.decode(&ids);
-                let mut s = tok.text_stream(&ids[..ids.len().min(2)]);
-                for &id in &ids {
-                    let _ = s.step(&tok, id);
-                }
-                let _ = s.finish(&tok);
-            }
-        });
+        }
     }
     assert!(built >= 2, "the seed vocabularies build: {built}");
 }
@@ -102,23 +91,9 @@ fn checkpoints() {
 fn tokenizer_json_files() {
     let mut built = Vec::new();
     for (path, data) in fuzz_corpus("tokenizer_json") {
-        no_panic(&path, || {
-            let dir = tempfile::tempdir().unwrap();
-            let file = dir.path().join("tokenizer.json");
-            std::fs::write(&file, &data).unwrap();
-            let Ok(tok) = Tokenizer::from_hf_file(&file, None, None) else {
-                return;
-            };
-            let _ = tok.vocab_kind();
-            let ids = tok.encode("Hello wörld 12345 🦀 <s>", true).unwrap();
-            let _ = tok.decode(&ids);
-            let mut s = tok.text_stream(&ids[..ids.len().min(2)]);
-            for &id in &ids {
-                let _ = s.step(&tok, id);
-            }
-            let _ = s.finish(&tok);
+        if no_panic(&path, || bodies::tokenizer_json(&data)) {
             built.push(path.file_name().unwrap().to_string_lossy().into_owned());
-        });
+        }
     }
     built.sort();
     // The sparse one (an id of 2^32 − 1 among two tokens) is refused.
@@ -127,66 +102,26 @@ fn tokenizer_json_files() {
 
 #[test]
 fn lora_adapters() {
-    use tinynn_models::lora::{AppliedLora, LoraAdapter};
-    use tinynn_models::model::Model;
-    use tinynn_models::session::{Session, SessionOptions};
-    let model = Model::open(
+    let model = tinynn_models::model::Model::open(
         Path::new(env!("CARGO_MANIFEST_DIR")).join("../tinynn-models/tests/fixtures/tiny-llama"),
     )
     .unwrap();
     let mut applied = 0;
-    for (path, _) in fuzz_corpus("lora_adapter") {
-        no_panic(&path, || {
-            let Ok(adapter) = LoraAdapter::open(&path) else {
-                return;
-            };
-            if adapter.check_base(&model.source()).is_err() {
-                return;
-            }
-            let opts = SessionOptions {
-                n_ctx: 8,
-                lora: vec![AppliedLora::new(adapter, 0.5)],
-                ..SessionOptions::default()
-            };
-            if let Ok(mut s) = Session::with_options(model.clone(), opts) {
-                if s.eval_batch(&[1, 2, 3]).is_ok() {
-                    applied += 1;
-                }
-            }
-        });
+    for (path, data) in fuzz_corpus("lora_adapter") {
+        if no_panic(&path, || bodies::lora_adapter(&model, &data)) {
+            applied += 1;
+        }
     }
     assert!(applied >= 1, "the seed adapter applies: {applied}");
 }
 
 #[test]
 fn bin_data_files() {
-    use tinynn_train::data::{BinTokens, Sequences};
     let mut read = Vec::new();
     for (path, data) in fuzz_corpus("bin_data") {
-        no_panic(&path, || {
-            let [s, v0, v1, rest @ ..] = &data[..] else {
-                return;
-            };
-            let (seq, vocab) = (
-                usize::from(*s % 64),
-                usize::from(u16::from_le_bytes([*v0, *v1])),
-            );
-            let dir = tempfile::tempdir().unwrap();
-            let file = dir.path().join("data.bin");
-            std::fs::write(&file, rest).unwrap();
-            let Ok(bin) = BinTokens::open(&[file], seq, vocab) else {
-                return;
-            };
-            if bin.check_all().is_err() {
-                return;
-            }
-            let mut inputs = vec![0i32; bin.seq_len()];
-            let mut labels = vec![0i32; bin.seq_len()];
-            for i in 0..bin.len().min(64) {
-                bin.read(i, &mut inputs, &mut labels).unwrap();
-            }
+        if no_panic(&path, || bodies::bin_data(&data)) {
             read.push(path.file_name().unwrap().to_string_lossy().into_owned());
-        });
+        }
     }
     // A partial id, an id outside the vocabulary, a negative id and a lone token are refused.
     assert_eq!(read, ["valid-seq8"]);
