@@ -132,7 +132,8 @@ pub enum Refused {
 /// The server's side of the engine: submits requests.
 #[derive(Clone)]
 pub struct EngineHandle {
-    tx: mpsc::Sender<Work>,
+    /// Each message is one submission: all of a request's choices arrive together.
+    tx: mpsc::Sender<Vec<Work>>,
     /// Requests submitted and not yet in a slot.
     waiting: Arc<AtomicUsize>,
     /// Most requests that may wait.
@@ -144,18 +145,26 @@ pub struct EngineHandle {
 impl EngineHandle {
     /// Hands `req` to the engine, or refuses it when `queue` requests already wait.
     pub fn submit(&self, req: Work) -> Result<(), Refused> {
-        let slots = self.queue;
+        self.submit_all(vec![req])
+    }
+
+    /// Hands `reqs` (a request's choices) to the engine in one message, so that they reach its
+    /// backlog together and are admitted in the same step when slots are free: the steps, and
+    /// so the arithmetic, of a seeded request do not depend on when its choices arrived. All
+    /// or none: refused when fewer than `reqs.len()` places are left in the queue.
+    pub fn submit_all(&self, reqs: Vec<Work>) -> Result<(), Refused> {
+        let (slots, n) = (self.queue, reqs.len());
         if self
             .waiting
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |w| {
-                (w < slots).then_some(w + 1)
+                (w + n <= slots).then_some(w + n)
             })
             .is_err()
         {
             return Err(Refused::QueueFull);
         }
-        self.tx.send(req).map_err(|_| {
-            self.waiting.fetch_sub(1, Ordering::AcqRel);
+        self.tx.send(reqs).map_err(|_| {
+            self.waiting.fetch_sub(n, Ordering::AcqRel);
             Refused::Stopped
         })
     }
@@ -220,7 +229,7 @@ pub fn start(session: Session, queue: usize, metrics: Arc<Metrics>) -> EngineHan
 struct Engine {
     session: Session,
     slots: Vec<Option<Active>>,
-    rx: mpsc::Receiver<Work>,
+    rx: mpsc::Receiver<Vec<Work>>,
     waiting: Arc<AtomicUsize>,
     metrics: Arc<Metrics>,
     /// Received, waiting for a slot.
@@ -251,12 +260,12 @@ impl Engine {
             if idle {
                 // Nothing to do: sleep until a request comes (or the server is gone).
                 match self.rx.recv() {
-                    Ok(r) => self.backlog.push_back(r),
+                    Ok(r) => self.backlog.extend(r),
                     Err(_) => return,
                 }
             }
             while let Ok(r) = self.rx.try_recv() {
-                self.backlog.push_back(r);
+                self.backlog.extend(r);
             }
             self.drop_cancelled();
             self.admit();

@@ -439,21 +439,26 @@ fn refused(e: Refused) -> ApiError {
     }
 }
 
-/// Submits every choice of `job`; 429 (and nothing left running) when the queue is full.
+/// Submits every choice of `job` together; 429 (and nothing queued) when the queue cannot
+/// take them all.
 fn submit(r: &Ready, job: &Job) -> Result<UnboundedReceiver<(usize, Event)>, ApiError> {
     let (tx, rx) = unbounded_channel();
     let received = Instant::now();
-    for (i, (p, params)) in job.choices.iter().enumerate() {
-        let req = EngineRequest {
-            prompt: job.prompts[*p].clone(),
-            params: params.clone(),
-            index: i,
-            events: tx.clone(),
-            received,
-        };
-        // On refusal, dropping rx cancels the choices already queued.
-        r.engine.submit(Work::Generate(req)).map_err(refused)?;
-    }
+    let works = job
+        .choices
+        .iter()
+        .enumerate()
+        .map(|(i, (p, params))| {
+            Work::Generate(EngineRequest {
+                prompt: job.prompts[*p].clone(),
+                params: params.clone(),
+                index: i,
+                events: tx.clone(),
+                received,
+            })
+        })
+        .collect();
+    r.engine.submit_all(works).map_err(refused)?;
     Ok(rx)
 }
 
