@@ -17,7 +17,8 @@ import sys
 import torch
 from transformers import (Gemma2Config, Gemma2ForCausalLM, Gemma3ForCausalLM, Gemma3TextConfig,
                           GemmaConfig, GemmaForCausalLM, GPT2Config, GPT2LMHeadModel,
-                          GPTNeoXConfig, GPTNeoXForCausalLM, MistralConfig, MistralForCausalLM,
+                          GPTNeoXConfig, GPTNeoXForCausalLM, MambaConfig, MambaForCausalLM,
+                          MistralConfig, MistralForCausalLM,
                           MixtralConfig, MixtralForCausalLM, Phi3Config, Phi3ForCausalLM)
 
 out_root = sys.argv[1]
@@ -114,6 +115,14 @@ models = {
                                    tie_word_embeddings=False, bos_token_id=1, eos_token_id=2,
                                    torch_dtype="float32"),
                      MixtralForCausalLM),
+    # A state-space model: no attention; a width-4 causal convolution and a selective scan
+    # with 8 states per channel over 64 channels; biases on the convolution and the time step.
+    "tiny-mamba": (MambaConfig(vocab_size=320, hidden_size=32, state_size=8, num_hidden_layers=2,
+                               conv_kernel=4, expand=2, time_step_rank=6, layer_norm_epsilon=1e-5,
+                               use_bias=False, use_conv_bias=True, tie_word_embeddings=True,
+                               bos_token_id=1, eos_token_id=2, pad_token_id=0,
+                               torch_dtype="float32"),
+                   MambaForCausalLM),
 }
 LONG_TOKENS = TOKENS + [77, 3, 150, 12, 9, 210, 44, 5, 61, 18]
 
@@ -128,7 +137,7 @@ for name, (config, cls) in models.items():
     gemma = name.startswith("tiny-gemma")
     with torch.no_grad():
         for n, p in model.named_parameters():
-            if ("norm" in n or ".ln_" in n) and n.endswith(".weight"):
+            if ("norm" in n or ".ln_" in n) and n.endswith(".weight") and "mixer" not in n:
                 p.uniform_(-0.5, 0.5) if gemma else p.uniform_(0.5, 1.5)
             else:
                 p.normal_(0.0, 0.2)

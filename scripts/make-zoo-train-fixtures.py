@@ -21,8 +21,8 @@ import torch.nn.functional as F
 from safetensors.torch import save_file
 from transformers import (Gemma2Config, Gemma2ForCausalLM, Gemma3ForCausalLM, Gemma3TextConfig,
                           GemmaConfig, GemmaForCausalLM, GPT2Config, GPT2LMHeadModel,
-                          GPTNeoXConfig, GPTNeoXForCausalLM, MixtralConfig, MixtralForCausalLM,
-                          Phi3Config, Phi3ForCausalLM)
+                          GPTNeoXConfig, GPTNeoXForCausalLM, MambaConfig, MambaForCausalLM,
+                          MixtralConfig, MixtralForCausalLM, Phi3Config, Phi3ForCausalLM)
 
 out_root = sys.argv[1]
 BATCH, SEQ, VOCAB = 2, 16, 256
@@ -93,7 +93,29 @@ models = {
                                     tie_word_embeddings=False, bos_token_id=1, eos_token_id=2,
                                     torch_dtype="float32"),
                       MixtralForCausalLM),
+    # A state-space model: a causal convolution and a selective scan, no attention; the
+    # gradients of A are those of A_log (transformers' parameter).
+    "train-mamba": (MambaConfig(vocab_size=VOCAB, hidden_size=64, state_size=8, num_hidden_layers=2,
+                                conv_kernel=4, expand=2, time_step_rank=4, layer_norm_epsilon=1e-5,
+                                use_bias=False, use_conv_bias=True, tie_word_embeddings=True,
+                                bos_token_id=1, eos_token_id=2, pad_token_id=0,
+                                torch_dtype="float32"),
+                    MambaForCausalLM),
 }
+
+MAMBA_FIXED = {"backbone.embeddings.weight": "token_embd.weight", "backbone.norm_f.weight": "output_norm.weight",
+               "lm_head.weight": "output.weight"}
+MAMBA_MODULES = {"norm": "attn_norm", "mixer.in_proj": "ssm_in", "mixer.conv1d": "ssm_conv1d",
+                 "mixer.x_proj": "ssm_x", "mixer.dt_proj": "ssm_dt", "mixer.out_proj": "ssm_out"}
+
+
+def gguf_name_mamba(hf):
+    if hf in MAMBA_FIXED:
+        return MAMBA_FIXED[hf]
+    parts = hf.split(".")  # backbone.layers.L.<module...>.<kind>
+    if parts[-1] in ("A_log", "D"):
+        return f"blk.{parts[2]}.ssm_{'a' if parts[-1] == 'A_log' else 'd'}"
+    return f"blk.{parts[2]}.{MAMBA_MODULES['.'.join(parts[3:-1])]}.{parts[-1]}"
 
 NEOX_FIXED = {"gpt_neox.embed_in.weight": "token_embd.weight", "embed_out.weight": "output.weight",
               "lm_head.weight": "output.weight",
@@ -178,9 +200,14 @@ for name, (config, cls) in models.items():
     # Gemma's norms multiply by 1 + w and start at w = 0; move them off 0. GPT-2's
     # LayerNorms (weight 1, bias 0) and biases (0) move off their starting values too.
     gpt2, neox = name == "train-gpt2", name == "train-gptneox"
+    mamba = name == "train-mamba"
     with torch.no_grad():
         for n, p in model.named_parameters():
-            if neox and "layernorm" in n or neox and "layer_norm" in n:
+            if mamba and "norm" in n:
+                p.uniform_(0.5, 1.5)
+            elif mamba and n.endswith((".D", ".conv1d.bias")):
+                p.normal_(0.0, 0.3)
+            elif neox and "layernorm" in n or neox and "layer_norm" in n:
                 p.uniform_(0.5, 1.5) if n.endswith(".weight") else p.normal_(0.0, 0.1)
             elif "norm" in n:
                 p.uniform_(-0.5, 0.5)
@@ -216,7 +243,9 @@ for name, (config, cls) in models.items():
     grads = {}
     for n, p in model.named_parameters():
         grad = p.grad.detach().clone()
-        if neox:
+        if mamba:
+            grads[gguf_name_mamba(n)] = grad.contiguous()
+        elif neox:
             if "query_key_value" in n:
                 grad = neox_regroup(grad, config.num_attention_heads)
             grads[gguf_name_neox(n)] = grad.contiguous()

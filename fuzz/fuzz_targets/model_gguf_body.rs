@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use tinynn_format::gguf::{Array, GgufString, GgufWriter, Value};
 use tinynn_format::model_config::{
-    Architecture, AttentionExtras, Experts, ModelConfig, RopeScaling,
+    Architecture, AttentionExtras, Experts, ModelConfig, RopeScaling, Ssm,
 };
 use tinynn_format::GgmlType;
 use tinynn_models::arch::{self, Hparams};
@@ -56,8 +56,9 @@ impl Input<'_> {
     }
 }
 
-const ARCHS: [&str; 10] = [
+const ARCHS: [&str; 11] = [
     "llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3", "gpt2", "gptneox", "phi3",
+    "mamba",
 ];
 
 /// The model file the input describes, or `None` when the writer refuses it.
@@ -76,6 +77,16 @@ pub fn model_file(data: &[u8]) -> Option<Vec<u8>> {
         count: 2 + u.below(4) as u64,
         used: 1 + u.below(2) as u64,
     });
+    let ssm = (name == "mamba").then(|| Ssm {
+        conv_kernel: 2 + u.below(4) as u64,
+        inner_size: 1 + u.below(16) as u64,
+        state_size: 1 + u.below(8) as u64,
+        time_step_rank: 1 + u.below(4) as u64,
+    });
+    let (n_head, n_head_kv, head_dim) = match ssm {
+        Some(_) => (0, 0, 0),
+        None => (n_head, n_head_kv, head_dim),
+    };
     let config = ModelConfig {
         architecture: Architecture::from_gguf_name(name),
         n_vocab: Some(n_vocab),
@@ -97,6 +108,7 @@ pub fn model_file(data: &[u8]) -> Option<Vec<u8>> {
             ..AttentionExtras::default()
         },
         experts,
+        ssm,
     };
     let a = arch::by_name(name)?;
     let hp = Hparams::from_config(&config, false).ok()?;
@@ -124,6 +136,12 @@ pub fn model_file(data: &[u8]) -> Option<Vec<u8>> {
     if let Some(x) = experts {
         set(&mut w, k("expert_count"), x.count, &mut u);
         set(&mut w, k("expert_used_count"), x.used, &mut u);
+    }
+    if let Some(x) = ssm {
+        set(&mut w, k("ssm.conv_kernel"), x.conv_kernel, &mut u);
+        set(&mut w, k("ssm.inner_size"), x.inner_size, &mut u);
+        set(&mut w, k("ssm.state_size"), x.state_size, &mut u);
+        set(&mut w, k("ssm.time_step_rank"), x.time_step_rank, &mut u);
     }
     if config.attn.sliding_window.is_some() {
         set(&mut w, k("attention.sliding_window"), 4, &mut u);

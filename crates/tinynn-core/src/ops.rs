@@ -198,6 +198,15 @@ pub enum Op {
     /// dt `[d_inner, n_t, n_s]`, A `[d_state, d_inner]`, B and C `[d_state, n_t, n_s]` → the outputs
     /// `[d_inner, n_t, n_s]` followed by the final states `[d_state, d_inner, n_s]`, flat.
     SsmScan,
+    /// Gradient of `SsmConv`: src0 its input `[d_conv - 1 + n_t, d_inner, n_s]`, src1 its
+    /// weights `[d_conv, d_inner]`, src2 dy `[d_inner, n_t, n_s]` → the input's gradient then
+    /// the weights', flat.
+    SsmConvBack,
+    /// Gradient of `SsmScan`: its six sources then dy (the outputs' and the final states'
+    /// gradients, flat as its result) → flat: the initial state's gradient `[d_state,
+    /// d_inner, n_s]`, x's and dt's `[d_inner, n_t, n_s]`, A's per sequence `[d_state,
+    /// d_inner, n_s]` (sum them), B's and C's `[d_state, n_t, n_s]`.
+    SsmScanBack,
     /// Image patches as columns: src1 input `[IW, IH, IC, N]` (src0 the kernel `[KW, KH, IC, OC]`,
     /// only its shape is used) → `[IC·KH·KW, OW, OH, N]`, zero outside the image.
     Im2Col {
@@ -334,6 +343,8 @@ impl Op {
             Op::OutProdId => "out_prod_id",
             Op::SsmConv => "ssm_conv",
             Op::SsmScan => "ssm_scan",
+            Op::SsmConvBack => "ssm_conv_back",
+            Op::SsmScanBack => "ssm_scan_back",
             Op::Im2Col { .. } => "im2col",
             Op::CrossEntropyLoss => "cross_entropy_loss",
             Op::AdamW => "adamw",

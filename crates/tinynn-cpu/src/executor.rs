@@ -185,6 +185,11 @@ impl Job<'_> {
             #[cfg(test)]
             tests::fault(&node.name, ctx);
             let mut src = [None; MAX_SRC];
+            debug_assert!(
+                node.src.len() <= MAX_SRC,
+                "{} has too many sources",
+                node.name
+            );
             for (slot, &s) in src.iter_mut().zip(&node.src) {
                 *slot = Some(self.raw(s));
             }

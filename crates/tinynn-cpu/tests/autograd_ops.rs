@@ -529,3 +529,29 @@ fn cross_entropy_with_masked_labels() {
     };
     assert_grads_with("cross_entropy_loss, 37 classes", &ps, &build, &opts);
 }
+
+/// Mamba: the depthwise convolution (input with its state columns, and weights) and the
+/// selective scan (initial state, x, dt, A, B and C, through both the outputs and the final
+/// states), over two sequences.
+#[test]
+fn ssm_conv_and_scan() {
+    let mut rng = Rng::new(17);
+    let ps = [
+        P::rand(&[3 + 5, 6, 2], &mut rng),
+        P::rand(&[4, 6], &mut rng),
+    ];
+    assert_grads("ssm_conv", &ps, &|g, p| {
+        Built::y(g.ssm_conv(p[0], p[1]).unwrap())
+    });
+    let ps = [
+        P::rand(&[4, 6, 2], &mut rng),
+        P::rand(&[6, 5, 2], &mut rng),
+        P::rand(&[6, 5, 2], &mut rng),
+        P::rand(&[4, 6], &mut rng),
+        P::rand(&[4, 5, 2], &mut rng),
+        P::rand(&[4, 5, 2], &mut rng),
+    ];
+    assert_grads("ssm_scan", &ps, &|g, p| {
+        Built::y(g.ssm_scan(p[0], p[1], p[2], p[3], p[4], p[5]).unwrap())
+    });
+}

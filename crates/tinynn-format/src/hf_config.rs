@@ -79,6 +79,15 @@ pub struct HfConfig {
     pub num_local_experts: Option<u64>,
     /// Experts each token is routed to.
     pub num_experts_per_tok: Option<u64>,
+    // Mamba names.
+    /// The selective scan's state per channel.
+    pub state_size: Option<u64>,
+    /// The depthwise convolution's width.
+    pub conv_kernel: Option<u64>,
+    /// `intermediate_size = expand · hidden_size` when the config gives no intermediate size.
+    pub expand: Option<u64>,
+    /// Rank of the time-step projection: a number, or `"auto"` (`ceil(hidden_size / 16)`).
+    pub time_step_rank: Option<TimeStepRank>,
     // Phi-3 names.
     /// The context LongRoPE's short factors serve (top level in Phi-3 configs).
     pub original_max_position_embeddings: Option<u64>,
@@ -110,6 +119,15 @@ pub struct HfConfig {
     pub n_ctx: Option<u64>,
     pub layer_norm_epsilon: Option<f64>,
     pub activation_function: Option<String>,
+}
+
+/// Mamba's `time_step_rank`: a number or `"auto"`.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(untagged)]
+pub enum TimeStepRank {
+    Rank(u64),
+    /// `"auto"`: `ceil(hidden_size / 16)`.
+    Auto(String),
 }
 
 impl HfConfig {

@@ -21,6 +21,7 @@ pub enum Architecture {
     Phi3,
     Gpt2,
     GptNeox,
+    Mamba,
     /// A family tinynn does not know; the name is kept as the file gives it.
     Other(String),
 }
@@ -39,6 +40,7 @@ impl Architecture {
             "phi3" => Architecture::Phi3,
             "gpt2" => Architecture::Gpt2,
             "gptneox" => Architecture::GptNeox,
+            "mamba" => Architecture::Mamba,
             other => Architecture::Other(other.to_string()),
         }
     }
@@ -67,6 +69,7 @@ impl Architecture {
             Architecture::Phi3 => "phi3",
             Architecture::Gpt2 => "gpt2",
             Architecture::GptNeox => "gptneox",
+            Architecture::Mamba => "mamba",
             Architecture::Other(s) => s,
         }
     }
@@ -140,7 +143,26 @@ pub struct ModelConfig {
     pub attn: AttentionExtras,
     /// The feed-forward is a mixture of experts (Mixtral); `None`: one dense feed-forward.
     pub experts: Option<Experts>,
+    /// The blocks are selective state-space mixers (Mamba), with no attention: the head
+    /// counts and head dimension are then 0.
+    pub ssm: Option<Ssm>,
 }
+
+/// A selective state-space (Mamba) block's sizes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Ssm {
+    /// Width of the depthwise causal convolution (`{arch}.ssm.conv_kernel`, HF `conv_kernel`).
+    pub conv_kernel: u64,
+    /// Channels of the mixer (`{arch}.ssm.inner_size`, HF `intermediate_size`).
+    pub inner_size: u64,
+    /// State per channel (`{arch}.ssm.state_size`, HF `state_size`).
+    pub state_size: u64,
+    /// Rank of the time-step projection (`{arch}.ssm.time_step_rank`, HF `time_step_rank`).
+    pub time_step_rank: u64,
+}
+
+/// Widest convolution and largest state a Mamba block may have.
+pub const MAX_SSM_KERNEL: u64 = 1 << 10;
 
 /// A mixture-of-experts feed-forward's sizes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -223,14 +245,24 @@ fn assemble(mut c: ModelConfig, head_dim: Option<u64>) -> Result<ModelConfig, Co
         value: value.to_string(),
         why,
     };
-    for (field, v) in [
-        ("embedding length", c.n_embd),
-        ("block count", c.n_layer),
-        ("head count", c.n_head),
-    ] {
+    for (field, v) in [("embedding length", c.n_embd), ("block count", c.n_layer)] {
         if v == 0 {
             return Err(invalid(field, v, "must be at least 1"));
         }
+    }
+    if c.ssm.is_some() {
+        // A state-space model has no attention: no heads.
+        c.n_head = 0;
+        c.n_head_kv = 0;
+        c.head_dim = 0;
+        c.rope_dims = None;
+        // Nor a feed-forward (llama.cpp's files state a length of 0).
+        c.n_ff = None;
+        check_limits(&c)?;
+        return Ok(c);
+    }
+    if c.n_head == 0 {
+        return Err(invalid("head count", 0, "must be at least 1"));
     }
     if c.n_head_kv == 0 || !c.n_head.is_multiple_of(c.n_head_kv) {
         return Err(ConfigError::Invalid {
@@ -346,6 +378,9 @@ fn check_limits(c: &ModelConfig) -> Result<(), ConfigError> {
             });
         }
     }
+    if let Some(x) = c.ssm {
+        check_ssm(&x)?;
+    }
     positive("RoPE frequency base", c.rope_freq_base, false)?;
     let factor = match c.rope_scaling {
         RopeScaling::Linear { factor }
@@ -354,6 +389,40 @@ fn check_limits(c: &ModelConfig) -> Result<(), ConfigError> {
         _ => None,
     };
     positive("RoPE scaling factor", factor, false)
+}
+
+/// A Mamba block's sizes: the convolution at least 2 wide (its state holds the `width − 1`
+/// inputs before a token), every size at least 1 and within the limits.
+fn check_ssm(x: &Ssm) -> Result<(), ConfigError> {
+    if x.conv_kernel < 2 {
+        return Err(ConfigError::Invalid {
+            field: "SSM convolution width".into(),
+            value: x.conv_kernel.to_string(),
+            why: "must be at least 2",
+        });
+    }
+    for (field, v, max) in [
+        ("SSM convolution width", x.conv_kernel, MAX_SSM_KERNEL),
+        ("SSM inner size", x.inner_size, MAX_WIDTH),
+        ("SSM state size", x.state_size, MAX_HEAD),
+        ("SSM time-step rank", x.time_step_rank, MAX_WIDTH),
+    ] {
+        if v == 0 {
+            return Err(ConfigError::Invalid {
+                field: field.into(),
+                value: "0".into(),
+                why: "must be at least 1",
+            });
+        }
+        if v > max {
+            return Err(ConfigError::TooLarge {
+                field: field.into(),
+                value: v,
+                max,
+            });
+        }
+    }
+    Ok(())
 }
 
 /// The window at least 1 and at most [`MAX_CONTEXT`], a period at least 1, a layer list
@@ -425,6 +494,42 @@ fn experts(
     }
 }
 
+/// A Mamba config's block sizes (`None` for other model types): `intermediate_size` or
+/// `expand · hidden_size` channels, and `time_step_rank` `"auto"` as `ceil(hidden_size / 16)`.
+fn hf_ssm(c: &HfConfig, model_type: &str, n_embd: u64) -> Result<Option<Ssm>, ConfigError> {
+    use crate::hf_config::TimeStepRank;
+    if model_type != "mamba" {
+        return Ok(None);
+    }
+    let inner_size = match (c.intermediate_size, c.expand) {
+        (Some(n), _) => n,
+        (None, Some(e)) => e.checked_mul(n_embd).ok_or_else(|| ConfigError::TooLarge {
+            field: "SSM inner size".into(),
+            value: u64::MAX,
+            max: MAX_WIDTH,
+        })?,
+        (None, None) => n_embd.saturating_mul(2),
+    };
+    let time_step_rank = match &c.time_step_rank {
+        Some(TimeStepRank::Rank(r)) => *r,
+        Some(TimeStepRank::Auto(s)) if s == "auto" => n_embd.div_ceil(16),
+        Some(TimeStepRank::Auto(s)) => {
+            return Err(ConfigError::Invalid {
+                field: "time_step_rank".into(),
+                value: format!("{s:?}"),
+                why: "is not a number or \"auto\"",
+            })
+        }
+        None => n_embd.div_ceil(16),
+    };
+    Ok(Some(Ssm {
+        conv_kernel: c.conv_kernel.unwrap_or(4),
+        inner_size,
+        state_size: c.state_size.unwrap_or(16),
+        time_step_rank,
+    }))
+}
+
 /// `{arch}.attention.sliding_window_pattern`: a period (integer) or a flag per layer.
 fn gguf_swa_pattern(g: &Gguf) -> Result<Option<SwaPattern>, ConfigError> {
     use crate::gguf::{Array, Value};
@@ -461,13 +566,30 @@ fn hf_swa_pattern(c: &HfConfig) -> Result<Option<SwaPattern>, ConfigError> {
 }
 
 impl ModelConfig {
+    /// The config's limits checked (as the readers check them), for a config built by hand.
+    pub fn checked(&self) -> Result<(), ConfigError> {
+        check_limits(self)
+    }
+
     /// From GGUF metadata (`{arch}.*` keys).
     pub fn from_gguf(g: &Gguf) -> Result<ModelConfig, ConfigError> {
         let arch = g
             .get_str(Key::GeneralArchitecture)?
             .ok_or_else(|| ConfigError::Missing("general.architecture".into()))?;
         let key = |k: Key| k.resolve(arch).into_owned();
-        let n_head = need(g.get_u64(Key::HeadCount)?, &key(Key::HeadCount))?;
+        let ssm = match g.get_u64(Key::SsmStateSize)? {
+            None => None,
+            Some(state_size) => Some(Ssm {
+                conv_kernel: need(g.get_u64(Key::SsmConvKernel)?, &key(Key::SsmConvKernel))?,
+                inner_size: need(g.get_u64(Key::SsmInnerSize)?, &key(Key::SsmInnerSize))?,
+                state_size,
+                time_step_rank: need(g.get_u64(Key::SsmTimeStepRank)?, &key(Key::SsmTimeStepRank))?,
+            }),
+        };
+        let n_head = match g.get_u64(Key::HeadCount)? {
+            None if ssm.is_some() => 0,
+            v => need(v, &key(Key::HeadCount))?,
+        };
         let n_vocab = match g.get_u64(Key::VocabSize)? {
             Some(v) => Some(v),
             None => g.get_array(Key::TokenizerTokens)?.map(|a| a.len() as u64),
@@ -537,6 +659,7 @@ impl ModelConfig {
                 g.get_u64(Key::ExpertUsedCount)?,
                 &key(Key::ExpertUsedCount),
             )?,
+            ssm,
         };
         let config = assemble(config, g.get_u64(Key::KeyLength)?)?;
         // A file with blocks must hold its last one (a vocabulary-only file holds none).
@@ -558,8 +681,12 @@ impl ModelConfig {
             .model_type
             .as_deref()
             .ok_or_else(|| ConfigError::Missing("model_type".into()))?;
-        let n_head = need(c.num_attention_heads.or(c.n_head), "num_attention_heads")?;
         let n_embd = need(c.hidden_size.or(c.n_embd), "hidden_size")?;
+        let ssm = hf_ssm(c, model_type, n_embd)?;
+        let n_head = match c.num_attention_heads.or(c.n_head) {
+            None if ssm.is_some() => 0,
+            v => need(v, "num_attention_heads")?,
+        };
         let rope_scaling = match c.rope_scaling() {
             None => RopeScaling::None,
             Some(s) => {
@@ -602,13 +729,17 @@ impl ModelConfig {
             n_head,
             n_head_kv: c.num_key_value_heads.unwrap_or(n_head),
             head_dim: 0,
-            n_ff: c
-                .intermediate_size
-                .or(c.n_inner)
-                .or(gpt2.then_some(n_embd.saturating_mul(4))),
+            n_ff: match ssm {
+                // Mamba's intermediate size is its mixer's width; it has no feed-forward.
+                Some(_) => None,
+                None => c
+                    .intermediate_size
+                    .or(c.n_inner)
+                    .or(gpt2.then_some(n_embd.saturating_mul(4))),
+            },
             norm_eps: c.rms_norm_eps.or(c.layer_norm_epsilon).or(c.layer_norm_eps),
             rope_dims: None,
-            rope_freq_base: if gpt2 {
+            rope_freq_base: if gpt2 || ssm.is_some() {
                 None
             } else {
                 Some(c.rope_theta().unwrap_or(10_000.0))
@@ -629,9 +760,10 @@ impl ModelConfig {
                 c.num_experts_per_tok,
                 "num_experts_per_tok",
             )?,
+            ssm,
         };
         let mut config = assemble(config, c.head_dim)?;
-        if !gpt2 {
+        if !gpt2 && config.ssm.is_none() {
             let fraction = c.partial_rotary().unwrap_or(1.0);
             if !(fraction > 0.0 && fraction <= 1.0) {
                 return Err(ConfigError::Invalid {

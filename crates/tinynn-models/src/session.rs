@@ -12,6 +12,8 @@
 
 #![warn(missing_docs)]
 
+mod recurrent;
+
 use std::sync::Arc;
 
 use tinynn_core::backend::{Backend, WeightRef, WeightStore};
@@ -152,6 +154,10 @@ pub struct Session<B: Backend = Executor> {
     runs: u64,
     /// The pass that ran last (for traces).
     last_pass: usize,
+    /// A recurrent model (Mamba): per sequence, how many of its tokens its state slot has
+    /// taken in (less than its length after a truncation, when the state must be rebuilt:
+    /// the next run replays the kept tokens first). `None` for attention models.
+    state_valid: Option<Vec<usize>>,
 }
 
 /// The error of a cache of `n_ctx` rows and `n_seq` sequences that could not take a token.
@@ -208,9 +214,12 @@ impl<B: Backend> Session<B> {
             cache_type,
             masked: opts.n_seq > 1,
             hidden: false,
+            n_slots: opts.n_seq,
+            n_seqs: 1,
         };
         let decode = Session::build_pass(&backend, &model, &opts, spec, true, 0)?;
         let row_len = decode.io.hparams.n_vocab;
+        let state_valid = decode.io.hparams.ssm.map(|_| vec![0; opts.n_seq]);
         Ok(Session {
             n_ctx,
             n_batch: opts.n_batch.clamp(1, n_ctx),
@@ -227,6 +236,7 @@ impl<B: Backend> Session<B> {
             seq_lens: Vec::with_capacity(opts.n_seq),
             runs: 0,
             last_pass: 0,
+            state_valid,
             model,
             opts,
         })
@@ -336,6 +346,17 @@ impl<B: Backend> Session<B> {
     }
 
     fn pass_index(&mut self, n: usize, n_out: usize, hidden: bool) -> Result<usize> {
+        self.pass_index_grid(n, 1, n_out, hidden)
+    }
+
+    /// The pass for `n` tokens in `n_seqs` equal sequences (recurrent models; 1 otherwise).
+    fn pass_index_grid(
+        &mut self,
+        n: usize,
+        n_seqs: usize,
+        n_out: usize,
+        hidden: bool,
+    ) -> Result<usize> {
         let spec = GraphSpec {
             n_cells: self.n_ctx,
             n_tokens: n,
@@ -343,6 +364,8 @@ impl<B: Backend> Session<B> {
             cache_type: self.cache_type,
             masked: self.opts.n_seq > 1,
             hidden,
+            n_slots: self.opts.n_seq,
+            n_seqs,
         };
         if let Some(i) = self.passes.iter().position(|p| p.io.spec == spec) {
             return Ok(i);
@@ -436,10 +459,17 @@ impl<B: Backend> Session<B> {
     }
 
     /// Keeps the first `n` tokens of sequence `seq`; the rest of its cache rows are freed.
+    /// A recurrent model's state cannot be cut back: it is rebuilt from the kept tokens by
+    /// the sequence's next run.
     pub fn truncate_seq(&mut self, seq: usize, n: usize) {
         self.cells.truncate(seq, n);
         if let Some(t) = self.tokens.get_mut(seq) {
             t.truncate(n);
+        }
+        if let Some(v) = self.state_valid.as_mut().and_then(|v| v.get_mut(seq)) {
+            if *v > n {
+                *v = 0;
+            }
         }
     }
 
@@ -457,6 +487,7 @@ impl<B: Backend> Session<B> {
         if src != dst {
             let n = n.min(self.tokens[src].len());
             self.tokens[dst] = self.tokens[src][..n].to_vec();
+            self.copy_state(src, dst, n)?;
         }
         Ok(())
     }
@@ -537,6 +568,9 @@ impl<B: Backend> Session<B> {
     }
 
     pub(crate) fn run_batch(&mut self, batch: &[BatchToken], hidden: bool) -> Result<()> {
+        if self.state_valid.is_some() {
+            return self.run_recurrent(batch, hidden);
+        }
         if batch.is_empty() {
             return Err(ModelError::Invalid("no tokens to evaluate".into()));
         }

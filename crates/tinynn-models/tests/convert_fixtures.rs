@@ -16,7 +16,7 @@ use tinynn_models::model::Model;
 use tinynn_models::quantize::{quantize_file, Options, Target};
 use tinynn_models::session::{Session, SessionOptions};
 
-const FIXTURES: [&str; 13] = [
+const FIXTURES: [&str; 14] = [
     "tiny-llama",
     "tiny-llama3",
     "tiny-llama-yarn",
@@ -30,6 +30,7 @@ const FIXTURES: [&str; 13] = [
     "tiny-gptneox",
     "tiny-phi3",
     "tiny-mixtral",
+    "tiny-mamba",
 ];
 
 fn dir(name: &str) -> PathBuf {

@@ -344,3 +344,12 @@ fn tiny_phi3_longrope_matches_transformers_short_and_long() {
         assert!(wrong > 1e-2, "{name}: {wrong}");
     }
 }
+
+/// Mamba: no attention, a recurrent state per sequence; the whole prompt at once, one token
+/// at a time and several sequences per run all match transformers.
+#[test]
+fn tiny_mamba_matches_transformers() {
+    check("tiny-mamba");
+    check_decode("tiny-mamba");
+    check_batched("tiny-mamba");
+}

@@ -163,7 +163,7 @@ pub fn build_forward(
     let labels = g.input("labels", I32, &[n])?;
     let loss_norm = g.input("loss_norm", GgmlType::F32, &[1])?;
     let pos = g.input("pos", I32, &[n])?;
-    let mask = match hp.has_global_layers() {
+    let mask = match hp.has_global_layers() && hp.ssm.is_none() {
         true => Some(g.input("mask", GgmlType::F32, &[s, s])?),
         false => None,
     };

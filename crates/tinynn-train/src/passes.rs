@@ -98,6 +98,10 @@ fn write_constants<B: Backend>(
     hp: &Hparams,
     shape: BatchShape,
 ) -> Result<()> {
+    if hp.ssm.is_some() {
+        // A state-space model reads no positions or masks (its graph plans none).
+        return Ok(());
+    }
     write_i32(backend, (mem, plan), fwd.pos, &positions(shape))?;
     let window = hp.swa.as_ref().map(|s| s.window);
     for (mask, window) in [(fwd.mask, None), (fwd.mask_swa, window)] {

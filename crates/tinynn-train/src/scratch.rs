@@ -21,9 +21,11 @@ pub struct ScratchConfig {
     pub n_embd: u64,
     /// Blocks.
     pub n_layer: u64,
-    /// Attention heads.
+    /// Attention heads (required, except for Mamba, which has none).
+    #[serde(default)]
     pub n_head: u64,
-    /// Width of the feed-forward layer.
+    /// Width of the feed-forward layer (required, except for Mamba, which has none).
+    #[serde(default)]
     pub n_ff: u64,
     /// Key/value heads (default `n_head`).
     pub n_head_kv: Option<u64>,
@@ -48,6 +50,14 @@ pub struct ScratchConfig {
     pub n_expert: Option<u64>,
     /// Experts each token is routed to (required with `n_expert`).
     pub n_expert_used: Option<u64>,
+    /// Mamba: scan state per channel (default 16).
+    pub ssm_state: Option<u64>,
+    /// Mamba: width of the causal convolution (default 4).
+    pub ssm_conv: Option<u64>,
+    /// Mamba: channels of the mixer (default `2 · n_embd`).
+    pub ssm_inner: Option<u64>,
+    /// Mamba: rank of the time-step projection (default `ceil(n_embd / 16)`).
+    pub ssm_dt_rank: Option<u64>,
 }
 
 fn llama() -> String {
@@ -78,6 +88,21 @@ impl ScratchConfig {
             )));
         }
         let architecture = Architecture::from_gguf_name(&self.architecture);
+        if architecture == Architecture::Mamba {
+            return self.mamba_config(n_vocab);
+        }
+        let ssm_given = [
+            self.ssm_state,
+            self.ssm_conv,
+            self.ssm_inner,
+            self.ssm_dt_rank,
+        ];
+        if ssm_given.iter().any(Option::is_some) {
+            return Err(TrainError::Invalid(format!(
+                "ssm_* settings are for Mamba, not {}",
+                self.architecture
+            )));
+        }
         if self.n_head == 0 || self.n_embd == 0 || self.n_layer == 0 || self.n_ff == 0 {
             return Err(TrainError::Invalid(
                 "n_embd, n_layer, n_head and n_ff must be at least 1".into(),
@@ -125,10 +150,65 @@ impl ScratchConfig {
             parallel_residual: None,
             attn: Default::default(),
             experts,
+            ssm: None,
         };
         // The architecture's own checks (experts only where it has a mixture form; their
         // counts within the limits).
         tinynn_models::arch::Hparams::from_config(&config, false)
+            .map_err(|e| TrainError::Invalid(e.to_string()))?;
+        Ok(config)
+    }
+}
+
+impl ScratchConfig {
+    /// A Mamba model's config: no heads, feed-forward or experts; the SSM sizes or their
+    /// defaults, checked by the config's own limits.
+    fn mamba_config(&self, n_vocab: u64) -> Result<ModelConfig> {
+        if self.n_embd == 0 || self.n_layer == 0 {
+            return Err(TrainError::Invalid(
+                "n_embd and n_layer must be at least 1".into(),
+            ));
+        }
+        let attention = [self.n_head, self.n_ff];
+        if attention.iter().any(|&v| v != 0)
+            || self.n_head_kv.is_some()
+            || self.head_dim.is_some()
+            || self.n_expert.is_some()
+            || self.n_expert_used.is_some()
+        {
+            return Err(TrainError::Invalid(
+                "Mamba has no attention, feed-forward or experts: leave out n_head, n_head_kv, head_dim, n_ff and n_expert*"
+                    .into(),
+            ));
+        }
+        let ssm = tinynn_format::model_config::Ssm {
+            conv_kernel: self.ssm_conv.unwrap_or(4),
+            inner_size: self.ssm_inner.unwrap_or(self.n_embd.saturating_mul(2)),
+            state_size: self.ssm_state.unwrap_or(16),
+            time_step_rank: self.ssm_dt_rank.unwrap_or(self.n_embd.div_ceil(16)),
+        };
+        let config = ModelConfig {
+            architecture: Architecture::Mamba,
+            n_vocab: Some(self.n_vocab.unwrap_or(n_vocab)),
+            n_ctx_train: Some(self.n_ctx),
+            n_embd: self.n_embd,
+            n_layer: self.n_layer,
+            n_head: 0,
+            n_head_kv: 0,
+            head_dim: 0,
+            n_ff: None,
+            norm_eps: Some(self.norm_eps),
+            rope_dims: None,
+            rope_freq_base: None,
+            rope_scaling: RopeScaling::None,
+            tie_word_embeddings: Some(self.tie_word_embeddings),
+            parallel_residual: None,
+            attn: Default::default(),
+            experts: None,
+            ssm: Some(ssm),
+        };
+        config
+            .checked()
             .map_err(|e| TrainError::Invalid(e.to_string()))?;
         Ok(config)
     }
@@ -149,6 +229,28 @@ pub fn export_metadata(c: &ModelConfig, tok: &GgufFile) -> Vec<(String, Value)> 
         ),
     ];
     let key = |k: &str| format!("{arch}.{k}");
+    if let Some(x) = c.ssm {
+        for (k, v) in [
+            ("block_count", c.n_layer),
+            ("context_length", c.n_ctx_train.unwrap_or(1 << 20)),
+            ("embedding_length", c.n_embd),
+            ("feed_forward_length", 0),
+            ("attention.head_count", 0),
+            ("vocab_size", c.n_vocab.unwrap_or(0)),
+            ("ssm.conv_kernel", x.conv_kernel),
+            ("ssm.inner_size", x.inner_size),
+            ("ssm.state_size", x.state_size),
+            ("ssm.time_step_rank", x.time_step_rank),
+        ] {
+            m.push((key(k), Value::U32(v as u32)));
+        }
+        m.push((
+            key("attention.layer_norm_rms_epsilon"),
+            Value::F32(c.norm_eps.unwrap_or(1e-5) as f32),
+        ));
+        m.extend(tokenizer_keys(tok));
+        return m;
+    }
     for (k, v) in [
         ("block_count", c.n_layer),
         ("context_length", c.n_ctx_train.unwrap_or(2048)),
@@ -174,10 +276,16 @@ pub fn export_metadata(c: &ModelConfig, tok: &GgufFile) -> Vec<(String, Value)> 
         key("rope.freq_base"),
         Value::F32(c.rope_freq_base.unwrap_or(10000.0) as f32),
     ));
-    for kv in tok.gguf().metadata() {
-        if kv.key.starts_with("tokenizer.") {
-            m.push((kv.key.clone(), kv.value.clone()));
-        }
-    }
+    m.extend(tokenizer_keys(tok));
     m
+}
+
+/// The `tokenizer.*` keys of a tokenizer file.
+fn tokenizer_keys(tok: &GgufFile) -> Vec<(String, Value)> {
+    tok.gguf()
+        .metadata()
+        .iter()
+        .filter(|kv| kv.key.starts_with("tokenizer."))
+        .map(|kv| (kv.key.clone(), kv.value.clone()))
+        .collect()
 }

@@ -238,6 +238,15 @@ fn mixtral_loss_gradients_and_adamw_steps_match_pytorch() {
     adamw_losses_match("train-mixtral");
 }
 
+/// Mamba: the causal convolution's and the selective scan's backward (A's gradient through
+/// transformers' A_log), no attention.
+#[test]
+fn mamba_loss_gradients_and_adamw_steps_match_pytorch() {
+    gradients_match("train-mamba", 2, false);
+    gradients_match("train-mamba", 1, true);
+    adamw_losses_match("train-mamba");
+}
+
 /// A sliding window on every layer (Mistral; tinynn-models' `tiny-mistral-swa` fixture, window
 /// 4 of 13 tokens) in the training graph: the loss equals the cross-entropy of transformers'
 /// logits for the same tokens.

@@ -340,7 +340,44 @@ impl Graph {
                 }
             }
             Op::AddId => return no_rule(" yet (per-expert biases)"),
-            Op::SsmConv | Op::SsmScan => return no_rule(" yet (Mamba)"),
+            Op::SsmConv => {
+                let (sx, c) = (src[0], src[1]);
+                let flat = self.ssm_conv_back(sx, c, dy)?;
+                let mut offset = 0;
+                for (i, t) in [sx, c].into_iter().enumerate() {
+                    let ne = self.layout(t).ne;
+                    let nb = Layout::contiguous(GgmlType::F32, ne).nb;
+                    let part = self.view(flat, &ne, &nb[1..], offset)?;
+                    offset += self.layout(t).n_elements() * 4;
+                    if need(i) {
+                        out[i] = Some(part);
+                    }
+                }
+            }
+            Op::SsmScan => {
+                let [s, x, dt, a, b, c] = [src[0], src[1], src[2], src[3], src[4], src[5]];
+                let flat = self.ssm_scan_back(s, x, dt, a, b, c, dy)?;
+                let n_s = self.layout(s).ne[2];
+                let mut offset = 0;
+                for (i, t) in [s, x, dt, a, b, c].into_iter().enumerate() {
+                    // A's gradient comes per sequence: [d_state, d_inner, n_s], then summed.
+                    let mut ne = self.layout(t).ne;
+                    if i == 3 {
+                        ne[2] = n_s;
+                    }
+                    let nb = Layout::contiguous(GgmlType::F32, ne).nb;
+                    let part = self.view(flat, &ne, &nb[1..], offset)?;
+                    offset += ne.iter().product::<usize>() * 4;
+                    if need(i) {
+                        out[i] = Some(if i == 3 {
+                            let p = self.cont(part)?;
+                            self.reduce_to(p, &self.layout(t).ne.clone())?
+                        } else {
+                            part
+                        });
+                    }
+                }
+            }
             Op::Im2Col { .. } => return no_rule(" yet (convolution)"),
             Op::AdamW | Op::Sgd => return no_rule(" (an optimizer step)"),
             Op::Fill(_) => {}
@@ -358,6 +395,8 @@ impl Graph {
             | Op::TakeRowsBack
             | Op::MulMatIdT
             | Op::OutProdId
+            | Op::SsmConvBack
+            | Op::SsmScanBack
             | Op::ViewBack { .. } => return no_rule(" (second derivatives are not supported)"),
         }
         Ok(out)

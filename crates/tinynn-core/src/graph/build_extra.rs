@@ -160,6 +160,77 @@ impl Graph {
         ))
     }
 
+    /// Gradient of [`Graph::ssm_conv`] of `sx` and `c` for output gradient `dy`: flat, the
+    /// input's gradient (`sx`'s shape) then the weights' (`c`'s).
+    pub fn ssm_conv_back(&mut self, sx: TensorId, c: TensorId, dy: TensorId) -> Result<TensorId> {
+        const OP: &str = "ssm_conv_back";
+        let ls = self.f32_operand(OP, sx)?;
+        let lc = self.f32_operand(OP, c)?;
+        let ld = self.f32_operand(OP, dy)?;
+        let n_t = ls.ne[0].saturating_sub(lc.ne[0] - 1);
+        if ld.ne != [ls.ne[1], n_t, ls.ne[2], 1] || lc.ne[1] != ls.ne[1] {
+            return err(
+                OP,
+                format!(
+                    "dy {:?} does not fit input {:?} and weights {:?}",
+                    ld.ne, ls.ne, lc.ne
+                ),
+            );
+        }
+        let n = ls.n_elements() + lc.n_elements();
+        Ok(self.computed(
+            Op::SsmConvBack,
+            Layout::contiguous(F32, [n, 1, 1, 1]),
+            vec![sx, c, dy],
+        ))
+    }
+
+    /// Gradient of [`Graph::ssm_scan`] for `dy` (flat, as its result): flat, the gradients of
+    /// the initial state, x, dt, A per sequence, B and C (see `Op::SsmScanBack`).
+    #[allow(clippy::too_many_arguments)]
+    pub fn ssm_scan_back(
+        &mut self,
+        s: TensorId,
+        x: TensorId,
+        dt: TensorId,
+        a: TensorId,
+        b: TensorId,
+        c: TensorId,
+        dy: TensorId,
+    ) -> Result<TensorId> {
+        const OP: &str = "ssm_scan_back";
+        // The forward's checks hold the shapes together; build it to re-run them.
+        let fwd_len = {
+            let ls = self.f32_operand(OP, s)?;
+            let lx = self.f32_operand(OP, x)?;
+            ls.n_elements() + lx.n_elements()
+        };
+        for t in [dt, a, b, c] {
+            self.f32_operand(OP, t)?;
+        }
+        let ld = self.f32_operand(OP, dy)?;
+        if ld.n_elements() != fwd_len || !ld.is_contiguous() {
+            return err(OP, format!("dy {:?} is not the scan's flat result", ld.ne));
+        }
+        let (ls, lx, lb) = (*self.layout(s), *self.layout(x), *self.layout(b));
+        let (d_state, d_inner, n_s) = (ls.ne[0], ls.ne[1], ls.ne[2]);
+        let n_t = lx.ne[1];
+        let ok = lx.ne == [d_inner, n_t, n_s, 1]
+            && self.layout(dt).ne == lx.ne
+            && self.layout(a).ne == [d_state, d_inner, 1, 1]
+            && lb.ne == [d_state, n_t, n_s, 1]
+            && self.layout(c).ne == lb.ne;
+        if !ok {
+            return err(OP, "shapes do not fit the scan's");
+        }
+        let n = 2 * ls.n_elements() + 2 * lx.n_elements() + 2 * lb.n_elements();
+        Ok(self.computed(
+            Op::SsmScanBack,
+            Layout::contiguous(F32, [n, 1, 1, 1]),
+            vec![s, x, dt, a, b, c, dy],
+        ))
+    }
+
     /// Patches of `input` `[IW, IH, IC, N]` for a kernel `[KW, KH, IC, OC]` as columns
     /// `[IC·KH·KW, OW, OH, N]` (F32).
     pub fn im2col(

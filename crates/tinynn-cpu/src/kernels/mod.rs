@@ -26,6 +26,7 @@ mod rope;
 mod rows;
 mod shape;
 mod softmax;
+mod ssm_back;
 mod train;
 mod train_back;
 
@@ -178,8 +179,8 @@ impl RunErrors {
     }
 }
 
-/// Most sources an op has (ssm_scan: state, x, dt, A, B, C).
-pub(crate) const MAX_SRC: usize = 6;
+/// Most sources an op has (`SsmScanBack`: the scan's state, x, dt, A, B, C, and dy).
+pub(crate) const MAX_SRC: usize = 8;
 
 /// Everything one step needs.
 pub(crate) struct StepArgs<'a> {
@@ -394,6 +395,8 @@ pub(crate) fn compute(a: &StepArgs<'_>, ctx: &Ctx<'_>) {
         Op::OutProdId => moe_back::out_prod_id(a, ctx),
         Op::SsmConv => conv::ssm_conv(a, ctx),
         Op::SsmScan => conv::ssm_scan(a, ctx),
+        Op::SsmConvBack => ssm_back::ssm_conv_back(a, ctx),
+        Op::SsmScanBack => ssm_back::ssm_scan_back(a, ctx),
         Op::Im2Col {
             stride,
             pad,

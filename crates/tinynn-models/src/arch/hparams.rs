@@ -58,6 +58,32 @@ pub struct Hparams {
     pub n_expert: usize,
     /// Experts each token is routed to (0 for a dense feed-forward).
     pub n_expert_used: usize,
+    /// A state-space model's block sizes (Mamba); `None` for attention models.
+    pub ssm: Option<SsmHparams>,
+}
+
+/// A Mamba block's sizes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SsmHparams {
+    /// Width of the depthwise causal convolution.
+    pub d_conv: usize,
+    /// Channels of the mixer.
+    pub d_inner: usize,
+    /// Scan state per channel.
+    pub d_state: usize,
+    /// Rank of the time-step projection.
+    pub dt_rank: usize,
+}
+
+impl SsmHparams {
+    /// The state a layer keeps per sequence.
+    pub fn state_dims(&self) -> crate::common::StateDims {
+        crate::common::StateDims {
+            d_conv: self.d_conv,
+            d_inner: self.d_inner,
+            d_state: self.d_state,
+        }
+    }
 }
 
 /// LongRoPE's context switch.
@@ -151,7 +177,10 @@ impl Hparams {
             n_head: c.n_head as usize,
             n_head_kv: c.n_head_kv as usize,
             head_dim,
-            n_ff: c.n_ff.ok_or_else(|| missing("the feed-forward length"))? as usize,
+            n_ff: match c.ssm {
+                Some(_) => 0,
+                None => c.n_ff.ok_or_else(|| missing("the feed-forward length"))? as usize,
+            },
             n_vocab: c.n_vocab.ok_or_else(|| missing("the vocabulary size"))? as usize,
             n_ctx_train: c
                 .n_ctx_train
@@ -184,6 +213,12 @@ impl Hparams {
             },
             n_expert,
             n_expert_used,
+            ssm: c.ssm.map(|x| SsmHparams {
+                d_conv: x.conv_kernel as usize,
+                d_inner: x.inner_size as usize,
+                d_state: x.state_size as usize,
+                dt_rank: x.time_step_rank as usize,
+            }),
         })
     }
 

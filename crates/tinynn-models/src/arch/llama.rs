@@ -225,6 +225,7 @@ mod tests {
             parallel_residual: None,
             attn: Default::default(),
             experts: None,
+            ssm: None,
         }
     }
 

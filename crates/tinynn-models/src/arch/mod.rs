@@ -15,10 +15,11 @@ pub mod gptneox;
 pub mod hf_names;
 pub mod hparams;
 pub mod llama;
+pub mod mamba;
 pub mod phi3;
 
 pub use decoder::{declare, logits, softcap, trunk, Decoder, Embedded, TensorDecl};
-pub use hparams::{ArchDefaults, Hparams, SlidingWindow};
+pub use hparams::{ArchDefaults, Hparams, SlidingWindow, SsmHparams};
 
 use std::borrow::Cow;
 
@@ -30,6 +31,10 @@ use crate::{ModelError, Result};
 
 /// The GGUF tensor an HF tensor is a part of, and the part's index (`Arch::hf_stacked`).
 pub type StackedParts = fn(&str) -> Option<(String, usize)>;
+
+/// A rewrite of one tensor between transformers' and llama.cpp's forms: (GGUF name, ggml
+/// dims, values), changed in place.
+pub type Rewrite = fn(&str, &mut Vec<usize>, &mut [f32]);
 
 /// One supported architecture.
 pub struct Arch {
@@ -59,6 +64,9 @@ pub struct Arch {
     /// llama.cpp's converter stores its norm weights as `1 + w` (transformers' Gemma norms
     /// multiply by `1 + w` and store `w`).
     pub gguf_norm_plus_one: bool,
+    /// Other per-tensor rewrites llama.cpp's converter makes (Mamba's `A = −exp(A_log)`),
+    /// and their inverse for export to transformers' layout.
+    pub gguf_rewrite: Option<(Rewrite, Rewrite)>,
 }
 
 impl std::fmt::Debug for Arch {
@@ -90,6 +98,7 @@ pub static REGISTRY: &[Arch] = &[
         }),
         train: true,
         gguf_norm_plus_one: false,
+        gguf_rewrite: None,
     },
     Arch {
         name: "mistral",
@@ -104,6 +113,7 @@ pub static REGISTRY: &[Arch] = &[
         }),
         train: true,
         gguf_norm_plus_one: false,
+        gguf_rewrite: None,
     },
     Arch {
         name: "qwen2",
@@ -118,6 +128,7 @@ pub static REGISTRY: &[Arch] = &[
         }),
         train: true,
         gguf_norm_plus_one: false,
+        gguf_rewrite: None,
     },
     Arch {
         name: "qwen3",
@@ -132,6 +143,7 @@ pub static REGISTRY: &[Arch] = &[
         }),
         train: true,
         gguf_norm_plus_one: false,
+        gguf_rewrite: None,
     },
     Arch {
         name: "gemma",
@@ -146,6 +158,7 @@ pub static REGISTRY: &[Arch] = &[
         }),
         train: true,
         gguf_norm_plus_one: true,
+        gguf_rewrite: None,
     },
     Arch {
         name: "gemma2",
@@ -160,6 +173,7 @@ pub static REGISTRY: &[Arch] = &[
         }),
         train: true,
         gguf_norm_plus_one: true,
+        gguf_rewrite: None,
     },
     Arch {
         name: "gemma3",
@@ -174,6 +188,7 @@ pub static REGISTRY: &[Arch] = &[
         }),
         train: true,
         gguf_norm_plus_one: true,
+        gguf_rewrite: None,
     },
     Arch {
         name: "gpt2",
@@ -188,6 +203,7 @@ pub static REGISTRY: &[Arch] = &[
         }),
         train: true,
         gguf_norm_plus_one: false,
+        gguf_rewrite: None,
     },
     Arch {
         name: "gptneox",
@@ -202,6 +218,7 @@ pub static REGISTRY: &[Arch] = &[
         }),
         train: true,
         gguf_norm_plus_one: false,
+        gguf_rewrite: None,
     },
     Arch {
         name: "phi3",
@@ -216,6 +233,22 @@ pub static REGISTRY: &[Arch] = &[
         }),
         train: true,
         gguf_norm_plus_one: false,
+        gguf_rewrite: None,
+    },
+    Arch {
+        name: "mamba",
+        hf_model_types: &["mamba"],
+        gguf_qk_permuted: false,
+        hf_name: mamba::hf_name,
+        hf_rearranged: None,
+        hf_stacked: None,
+        decoder: &mamba::MAMBA,
+        quantize: Some(QuantRules {
+            class_70b: Class70b::Never,
+        }),
+        train: true,
+        gguf_norm_plus_one: false,
+        gguf_rewrite: Some((mamba::gguf_from_hf, mamba::hf_from_gguf)),
     },
 ];
 
@@ -284,16 +317,16 @@ mod tests {
         }
         assert_eq!(
             names(|_| true),
-            "llama, mistral, qwen2, qwen3, gemma, gemma2, gemma3, gpt2, gptneox, phi3"
+            "llama, mistral, qwen2, qwen3, gemma, gemma2, gemma3, gpt2, gptneox, phi3, mamba"
         );
-        assert!(by_name("mamba").is_none());
+        assert!(by_name("rwkv6").is_none());
     }
 
     #[test]
     fn unsupported_architectures_list_the_supported_ones() {
-        let e = ModelError::UnsupportedArchitecture("mamba".into()).to_string();
+        let e = ModelError::UnsupportedArchitecture("rwkv6".into()).to_string();
         assert!(
-            e.contains("'mamba'") && e.contains("llama, mistral, qwen2, qwen3"),
+            e.contains("'rwkv6'") && e.contains("llama, mistral, qwen2, qwen3"),
             "{e}"
         );
     }

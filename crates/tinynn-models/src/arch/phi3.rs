@@ -149,6 +149,7 @@ mod tests {
             parallel_residual: None,
             attn: Default::default(),
             experts: None,
+            ssm: None,
         };
         // Two rotated pairs a head: one short factor is refused, two are taken; the long ones
         // take over past the original 16 tokens, and cos/sin scale by sqrt(1 + ln 4 / ln 16).

@@ -32,8 +32,11 @@ pub struct KvCache {
     pub mask: Option<TensorId>,
     /// The same for the sliding-window layers (rows older than the window are -inf too).
     pub mask_swa: Option<TensorId>,
-    /// The persistent caches made so far: K then V of each layer.
+    /// The persistent caches made so far: K then V of each layer (a recurrent model's: the
+    /// convolution then the scan state of each layer).
     pub caches: Vec<TensorId>,
+    /// A recurrent model's state inputs (`super::recurrent`); `None` for attention.
+    pub states: Option<super::recurrent::StateInputs>,
 }
 
 /// Where keys and values come from.

@@ -11,6 +11,7 @@
 //! - [`moe`]: a mixture-of-experts feed-forward (Mixtral).
 //! - [`rope`]: RoPE parameters from a config (mode, scaling, frequency factors), and RoPE itself.
 //! - [`attention`]: attention over the KV cache (inference) or over whole sequences (training).
+//! - [`recurrent`]: a recurrent layer's state (Mamba), kept per sequence slot at inference.
 
 pub mod attention;
 pub mod leaves;
@@ -18,6 +19,7 @@ pub mod linear;
 pub mod mlp;
 pub mod moe;
 pub mod norm;
+pub mod recurrent;
 pub mod rope;
 
 pub use attention::{Attention, AttnMode, AttnParams, KvCache};
@@ -26,4 +28,5 @@ pub use linear::{rows_of, Dropout, Linear, LoraBranch};
 pub use mlp::{Mlp, MlpKind};
 pub use moe::Moe;
 pub use norm::{Norm, NormKind};
+pub use recurrent::{LayerState, StateDims, StateInputs};
 pub use rope::RopeInputs;

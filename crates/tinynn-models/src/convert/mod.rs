@@ -107,7 +107,13 @@ pub fn convert_hf(model: &Model, out: &Path, opts: &ConvertOptions) -> Result<Co
             // transformers multiplies by 1 + w; llama.cpp's converter stores 1 + w.
             values.iter_mut().for_each(|v| *v += 1.0);
         }
-        let ty = if d.dims.len() == 1 {
+        let mut dims = d.dims.clone();
+        if let Some((to_gguf, _)) = arch.gguf_rewrite {
+            to_gguf(&d.name, &mut dims, &mut values);
+        }
+        // Vectors, and Mamba's A and convolution (which llama.cpp keeps in F32), stay F32.
+        let keep_f32 = d.name.ends_with(".ssm_a") || d.name.contains(".ssm_conv1d.");
+        let ty = if dims.len() == 1 || keep_f32 {
             GgmlType::F32
         } else {
             opts.out_type
@@ -116,7 +122,7 @@ pub fn convert_hf(model: &Model, out: &Path, opts: &ConvertOptions) -> Result<Co
         let mut bytes = vec![0u8; n * bytes_per];
         quantize_row(ty, &values, &mut bytes)
             .map_err(|e| ModelError::Invalid(format!("{}: {e}", d.name)))?;
-        let dims = d.dims.iter().map(|&x| x as u64).collect();
+        let dims = dims.iter().map(|&x| x as u64).collect();
         encoded.push((d.name.clone(), ty, dims, bytes));
     }
     // RoPE divisors as llama.cpp keeps them: Llama 3's one set, LongRoPE's short and long.
@@ -201,6 +207,42 @@ fn vocab(model: &Model, w: &mut GgufWriter<'_>) -> Result<usize> {
     .map_err(|e| ModelError::Invalid(format!("{}: {e}", path.display())))
 }
 
+/// llama.cpp's metadata keys for a Mamba model: no attention or feed-forward (their counts
+/// 0), a context of 2^20 when the config states none (the scan has no position limit), and
+/// the SSM sizes.
+fn write_ssm_config(
+    w: &mut GgufWriter<'_>,
+    arch: &str,
+    c: &ModelConfig,
+    x: &tinynn_format::model_config::Ssm,
+    eps: f32,
+) -> Result<()> {
+    let key = |k: Key| k.resolve(arch).into_owned();
+    let u32_of = |what: &str, v: u64| {
+        u32::try_from(v)
+            .map_err(|_| ModelError::Invalid(format!("{what} {v} does not fit a GGUF u32")))
+    };
+    let n_ctx = c.n_ctx_train.unwrap_or(1 << 20);
+    for (k, what, v) in [
+        (Key::ContextLength, "context length", n_ctx),
+        (Key::EmbeddingLength, "embedding", c.n_embd),
+        (Key::BlockCount, "blocks", c.n_layer),
+        (Key::FeedForwardLength, "feed-forward", 0),
+        (Key::HeadCount, "heads", 0),
+        (Key::SsmConvKernel, "SSM convolution", x.conv_kernel),
+        (Key::SsmInnerSize, "SSM inner size", x.inner_size),
+        (Key::SsmStateSize, "SSM state size", x.state_size),
+        (Key::SsmTimeStepRank, "SSM time-step rank", x.time_step_rank),
+    ] {
+        w.set(&key(k), Value::U32(u32_of(what, v)?));
+    }
+    w.set(&key(Key::LayerNormRmsEpsilon), Value::F32(eps));
+    if let Some(n) = c.n_vocab {
+        w.set(&key(Key::VocabSize), Value::U32(u32_of("vocabulary", n)?));
+    }
+    Ok(())
+}
+
 /// llama.cpp's metadata keys for `c`.
 fn write_config(
     w: &mut GgufWriter<'_>,
@@ -222,6 +264,9 @@ fn write_config(
         _ => 0,
     };
     w.set("general.file_type", Value::U32(ftype));
+    if let Some(x) = &c.ssm {
+        return write_ssm_config(w, arch, c, x, hp.norm_eps);
+    }
     if let Some(n) = c.n_ctx_train {
         w.set(
             &key(Key::ContextLength),

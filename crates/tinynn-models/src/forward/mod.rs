@@ -16,7 +16,7 @@ use tinynn_format::model_config::ModelConfig;
 use tinynn_format::GgmlType;
 
 use crate::arch::{self, trunk, Hparams};
-use crate::common::{Attention, AttnMode, Init, KvCache, Leaves, RopeInputs};
+use crate::common::{Attention, AttnMode, Init, KvCache, Leaves, RopeInputs, StateInputs};
 use crate::lora::AppliedLora;
 use crate::weights::WeightSource;
 use crate::{ModelError, Result};
@@ -40,6 +40,12 @@ pub struct GraphSpec {
     /// Output the final normalized hidden states (`[n_embd, n_out]`, embeddings) instead of
     /// logits.
     pub hidden: bool,
+    /// Recurrent models (Mamba): sequence slots the session holds (columns of the state
+    /// tables).
+    pub n_slots: usize,
+    /// Recurrent models: the run's tokens are `n_seqs` sequences of `n_tokens / n_seqs`
+    /// tokens each, sequence after sequence (1 for attention models).
+    pub n_seqs: usize,
 }
 
 impl GraphSpec {
@@ -52,6 +58,8 @@ impl GraphSpec {
             cache_type,
             masked: false,
             hidden: false,
+            n_slots: 1,
+            n_seqs: 1,
         }
     }
 }
@@ -79,8 +87,13 @@ pub struct ForwardGraph {
     pub mask_swa: Option<TensorId>,
     /// I32 `[n_out]`: which tokens' rows are output (only when `n_out < n_tokens`).
     pub out_ids: Option<TensorId>,
-    /// The persistent K and V caches, per layer.
+    /// The persistent K and V caches, per layer (a recurrent model's state tables).
     pub caches: Vec<TensorId>,
+    /// Recurrent models: I32 `[n_seqs]`, the state slot of each sequence of the run.
+    pub state_slots: Option<TensorId>,
+    /// Recurrent models: F32 `[1, n_seqs]`, 1 where a sequence continues from its slot's
+    /// state, 0 where it starts fresh.
+    pub state_keep: Option<TensorId>,
     /// F32 `[n_dims/2]` RoPE frequency divisors to write once (`hparams.freq_factors`).
     pub freq_input: Option<TensorId>,
     /// F32 `[n_vocab, n_out]` logits, or `[n_embd, n_out]` hidden states with `spec.hidden`.
@@ -106,6 +119,12 @@ fn check_counts(spec: &GraphSpec) -> Result<()> {
     if n_tokens == 0 || n_tokens > n_ctx {
         return Err(ModelError::Invalid(format!(
             "a batch of {n_tokens} tokens does not fit a context of {n_ctx}"
+        )));
+    }
+    if spec.n_seqs == 0 || !n_tokens.is_multiple_of(spec.n_seqs) || spec.n_seqs > spec.n_slots {
+        return Err(ModelError::Invalid(format!(
+            "{n_tokens} tokens are not {} sequences of equal length among {} slots",
+            spec.n_seqs, spec.n_slots
         )));
     }
     if spec.n_out == 0 || spec.n_out > n_tokens {
@@ -144,10 +163,13 @@ pub fn forward_graph<'a>(
     let tokens = g.input("tokens", GgmlType::I32, &[n])?;
     let pos = g.input("pos", GgmlType::I32, &[n])?;
     let kv_len = g.input("kv_len", GgmlType::I32, &[1])?;
-    let kv_rows = g.input("kv_rows", GgmlType::I32, &[hp.n_head_kv * n])?;
+    // (A model without attention never reads it; inputs cannot be empty.)
+    let kv_rows = g.input("kv_rows", GgmlType::I32, &[hp.n_head_kv.max(1) * n])?;
     // A window hides old rows even from a lone token, so windowed models always take masks;
     // the plain one only when some layer reads it (an input no step reads is not planned).
-    let mask = if (n > 1 || spec.masked || hp.swa.is_some()) && hp.has_global_layers() {
+    let recurrent = hp.ssm.is_some();
+    let mask = if (n > 1 || spec.masked || hp.swa.is_some()) && hp.has_global_layers() && !recurrent
+    {
         Some(g.input("mask", GgmlType::F32, &[spec.n_cells, n])?)
     } else {
         None
@@ -175,6 +197,16 @@ pub fn forward_graph<'a>(
     } else {
         None
     };
+    let states = if recurrent {
+        Some(StateInputs {
+            n_slots: spec.n_slots,
+            n_seqs: spec.n_seqs,
+            slots: g.input("state_slots", GgmlType::I32, &[spec.n_seqs])?,
+            keep: g.input("state_keep", GgmlType::F32, &[1, spec.n_seqs])?,
+        })
+    } else {
+        None
+    };
     let mut cache = KvCache {
         n_cells: spec.n_cells,
         cache_type: spec.cache_type,
@@ -183,6 +215,7 @@ pub fn forward_graph<'a>(
         mask,
         mask_swa,
         caches: Vec::with_capacity(2 * hp.n_layer),
+        states,
     };
     let mut at = Attention {
         n_tokens: n,
@@ -219,6 +252,8 @@ pub fn forward_graph<'a>(
         mask_swa,
         out_ids,
         caches: cache.caches,
+        state_slots: states.map(|s| s.slots),
+        state_keep: states.map(|s| s.keep),
         freq_input,
         output,
         weights: lv.weights,

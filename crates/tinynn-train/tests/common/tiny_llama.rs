@@ -30,6 +30,7 @@ pub fn config(n_ff: u64) -> ModelConfig {
         parallel_residual: None,
         attn: Default::default(),
         experts: None,
+        ssm: None,
     }
 }
 
