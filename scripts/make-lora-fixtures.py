@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""peft LoRA on every attention architecture's training fixture, for tinynn-train's LoRA
+"""peft LoRA on every architecture's training fixture, for tinynn-train's LoRA
 parity test: one step's loss and the gradient of every adapter tensor.
 
     venv/bin/pip install torch transformers safetensors peft
@@ -7,7 +7,7 @@ parity test: one step's loss and the gradient of every adapter tensor.
 
 Reads `<name>/` (config.json + model.safetensors and expected.json, made by
 scripts/make-train-fixtures.py and scripts/make-zoo-train-fixtures.py), adapts the projections
-tinynn's `--targets all` adapts (rank 4, alpha 8, no dropout) with A and B drawn from
+tinynn's `--targets all` adapts (Mamba: all but dt, see below) (rank 4, alpha 8, no dropout) with A and B drawn from
 normal(0, 0.1) — B not zero, so both get gradients — and writes `<name>/lora.safetensors`:
 each adapter tensor under tinynn's name (`blk.L.<stem>.weight.lora_a` / `.lora_b`, PyTorch
 shapes [r, in] and [out, r]) and its gradient under the same name + `.grad`; and
@@ -45,7 +45,23 @@ ARCHS = {
     "train-gptneox": ("gpt_neox.layers", {"attention.query_key_value": "attn_qkv",
                                           "attention.dense": "attn_output",
                                           "mlp.dense_h_to_4h": "ffn_up", "mlp.dense_4h_to_h": "ffn_down"}),
+    # transformers computes dt_proj as `weight @ x` (not through the module), so an adapter
+    # there would not apply: the fixture adapts the other three (tinynn `--targets in,x,out`).
+    "train-mamba": ("backbone.layers", {"mixer.in_proj": "ssm_in", "mixer.x_proj": "ssm_x",
+                                        "mixer.out_proj": "ssm_out"}),
 }
+# tinynn's `--targets` for each fixture (default: all).
+TARGETS = {"train-mamba": "in,x,out"}
+
+
+# peft refuses LoRA on Mamba's out_proj because the CUDA kernels read its weight directly; on
+# the CPU path transformers calls the module, so the adapter applies as written. tinynn (and
+# llama.cpp's Mamba graph) adapt it, so the check is lifted here.
+import peft.tuners.tuners_utils as _tu  # noqa: E402
+import peft.tuners.lora.model as _lm  # noqa: E402
+for _m in (_tu, _lm):
+    if hasattr(_m, "_check_lora_target_modules_mamba"):
+        _m._check_lora_target_modules_mamba = lambda *a, **k: None
 
 
 def neox_regroup(t, n_head):
@@ -98,5 +114,6 @@ for name, (prefix, modules) in ARCHS.items():
         out[key + ".grad"] = grad.contiguous()
     save_file(out, os.path.join(d, "lora.safetensors"))
     with open(os.path.join(d, "lora.json"), "w") as f:
-        json.dump({"rank": RANK, "alpha": ALPHA, "loss": loss.item(), "tensors": len(out) // 2}, f, indent=1)
+        json.dump({"rank": RANK, "alpha": ALPHA, "loss": loss.item(), "tensors": len(out) // 2,
+                   "targets": TARGETS.get(name, "all")}, f, indent=1)
     print(name, loss.item(), len(out) // 2, "adapter tensors")

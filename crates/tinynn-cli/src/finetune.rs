@@ -29,10 +29,11 @@ pub struct FinetuneArgs {
     /// LoRA dropout on the adapter's input.
     #[arg(long, default_value_t = 0.05, requires = "lora")]
     pub dropout: f32,
-    /// Projections to adapt: some of q,k,v,o,gate,up,down,qkv (or all); q, k or v adapt a
-    /// fused q/k/v projection (GPT-2) where the model has one.
-    #[arg(long, default_value = "q,v", requires = "lora")]
-    pub targets: String,
+    /// Projections to adapt: some of q,k,v,o,gate,up,down,qkv (Mamba: in,x,dt,out), or all;
+    /// q, k or v adapt a fused q/k/v projection (GPT-2) where the model has one. Default q,v
+    /// (Mamba: in,out).
+    #[arg(long, requires = "lora")]
+    pub targets: Option<String>,
     /// Also write the base with the adapter merged in (DIR/merged.gguf; GGUF bases only).
     #[arg(long, requires = "lora")]
     pub merge: bool,
@@ -58,7 +59,12 @@ pub fn run(args: &FinetuneArgs) -> Result<()> {
             rank: args.rank,
             alpha: args.alpha,
             dropout: args.dropout,
-            targets: Targets::parse(&args.targets)?,
+            targets: Targets::parse(args.targets.as_deref().unwrap_or(
+                match model.config().ssm {
+                    Some(_) => "in,out",
+                    None => "q,v",
+                },
+            ))?,
             seed: la.seed,
         })
     } else {

@@ -89,7 +89,7 @@ fn greedy(what: &str, model: &str, extra: &[&str]) -> String {
 
 /// (fixture, architecture `tnn inspect` names for the directory, a line of its special
 /// hyperparameters).
-const ZOO: [(&str, &str, &str); 8] = [
+const ZOO: [(&str, &str, &str); 9] = [
     (
         "tiny-mistral-swa",
         "mistral",
@@ -110,6 +110,7 @@ const ZOO: [(&str, &str, &str); 8] = [
         "mixtral",
         "experts         4 per block, 2 per token",
     ),
+    ("tiny-mamba", "mamba", "ssm state       8"),
 ];
 
 #[test]

@@ -72,24 +72,44 @@ fn write_report(s: &mut String, r: &Report) -> std::fmt::Result {
     }
     if let Some(c) = &r.config {
         writeln!(s, "\nhyperparameters:")?;
-        let rows: [(&str, String); 12] = [
+        let mut rows: Vec<(&str, String)> = vec![
             ("context length", opt(&c.n_ctx_train)),
             ("embedding", c.n_embd.to_string()),
             ("blocks", c.n_layer.to_string()),
-            ("heads", c.n_head.to_string()),
-            ("KV heads", c.n_head_kv.to_string()),
-            ("head dim", c.head_dim.to_string()),
-            ("feed forward", opt(&c.n_ff)),
+        ];
+        match &c.ssm {
+            // A state-space model: no attention, feed-forward or RoPE to show.
+            Some(x) => rows.extend([
+                ("ssm", "selective scan, no attention (a state per sequence)".into()),
+                ("ssm inner", x.inner_size.to_string()),
+                ("ssm state", x.state_size.to_string()),
+                ("ssm conv", x.conv_kernel.to_string()),
+                ("ssm dt rank", x.time_step_rank.to_string()),
+            ]),
+            None => rows.extend([
+                ("heads", c.n_head.to_string()),
+                ("KV heads", c.n_head_kv.to_string()),
+                ("head dim", c.head_dim.to_string()),
+                ("feed forward", opt(&c.n_ff)),
+            ]),
+        }
+        rows.extend([
             ("vocab", opt(&c.n_vocab)),
             ("norm eps", opt(&c.norm_eps)),
-            ("rope dims", opt(&c.rope_dims)),
-            ("rope base", opt(&c.rope_freq_base)),
-            ("tied output", opt(&c.tie_word_embeddings)),
-        ];
+        ]);
+        if c.ssm.is_none() {
+            rows.extend([
+                ("rope dims", opt(&c.rope_dims)),
+                ("rope base", opt(&c.rope_freq_base)),
+            ]);
+        }
+        rows.push(("tied output", opt(&c.tie_word_embeddings)));
         for (k, v) in rows {
             writeln!(s, "  {k:<16}{v}")?;
         }
-        writeln!(s, "  {:<16}{:?}", "rope scaling", c.rope_scaling)?;
+        if c.ssm.is_none() {
+            writeln!(s, "  {:<16}{:?}", "rope scaling", c.rope_scaling)?;
+        }
         if let Ok(hp) = crate::arch::Hparams::from_config(c, false) {
             for (k, v) in special_rows(&hp) {
                 writeln!(s, "  {k:<16}{v}")?;
@@ -181,7 +201,7 @@ fn special_rows(hp: &crate::arch::Hparams) -> Vec<(&'static str, String)> {
         }
     }
     let plain = 1.0 / (hp.head_dim as f32).sqrt();
-    if (hp.attn_scale - plain).abs() > 1e-7 {
+    if hp.ssm.is_none() && (hp.attn_scale - plain).abs() > 1e-7 {
         rows.push((
             "attn scale",
             format!("{} (1/sqrt(head dim) = {plain})", hp.attn_scale),

@@ -353,3 +353,88 @@ fn tiny_mamba_matches_transformers() {
     check_decode("tiny-mamba");
     check_batched("tiny-mamba");
 }
+
+/// A recurrent model's state follows its sequence through every session call: truncating and
+/// continuing, clearing and reusing a slot, copying a whole sequence (the state is copied) or
+/// a prefix (the state is rebuilt), a failed batch (nothing changes), and a prompt decoded
+/// beside another sequence's single tokens — each equals the same tokens run fresh.
+#[test]
+fn mamba_state_follows_truncation_copies_and_failures() {
+    use tinynn_models::session::BatchToken;
+    let (model, tokens, _) = fixture("tiny-mamba");
+    let fresh = |toks: &[u32]| -> Vec<f32> {
+        let mut s = Session::new(model.clone(), 32, strict()).unwrap();
+        s.eval_batch(toks).unwrap().to_vec()
+    };
+    let close = |what: &str, a: &[f32], b: &[f32]| {
+        let d = tinynn_core::measure::max_abs_diff(a, b);
+        assert!(d <= 1e-5, "{what}: differs by {d}");
+    };
+    let so = SessionOptions {
+        n_ctx: 64,
+        n_seq: 3,
+        exec: strict(),
+        ..SessionOptions::default()
+    };
+    let mut s = Session::with_options(model.clone(), so).unwrap();
+    s.eval_batch(&tokens[..10]).unwrap();
+    // Truncate to 6 and continue with other tokens: the state is rebuilt from the 6 kept.
+    for cut in [6usize, 1, 9] {
+        s.truncate(cut);
+        let mut toks = tokens[..cut].to_vec();
+        toks.extend_from_slice(&tokens[10..13]);
+        let got = s.eval_batch(&tokens[10..13]).unwrap().to_vec();
+        close(&format!("truncated to {cut}"), &got, &fresh(&toks));
+        assert_eq!(s.seq_tokens(0), &toks[..]);
+        s.reset();
+        s.eval_batch(&tokens[..10]).unwrap();
+    }
+    // A whole copy takes the state; a prefix copy rebuilds it; both continue as fresh runs.
+    s.truncate(0);
+    s.eval_batch(&tokens[..8]).unwrap();
+    s.copy_seq(0, 1, 8).unwrap();
+    s.copy_seq(0, 2, 5).unwrap();
+    let step = [
+        BatchToken { token: tokens[8], seq: 0, logits: true },
+        BatchToken { token: tokens[9], seq: 1, logits: true },
+        BatchToken { token: tokens[11], seq: 2, logits: true },
+    ];
+    s.decode(&step).unwrap();
+    close("sequence 0", s.output(0), &fresh(&tokens[..9]));
+    let mut one = tokens[..8].to_vec();
+    one.push(tokens[9]);
+    close("whole copy", s.output(1), &fresh(&one));
+    let mut two = tokens[..5].to_vec();
+    two.push(tokens[11]);
+    close("prefix copy", s.output(2), &fresh(&two));
+    // A batch that fails (a token id past the model's table) changes nothing.
+    let bad = [
+        BatchToken { token: tokens[9], seq: 0, logits: true },
+        BatchToken { token: 1 << 30, seq: 1, logits: true },
+    ];
+    assert!(s.decode(&bad).is_err());
+    assert_eq!((s.seq_len(0), s.seq_len(1)), (9, 9));
+    // A cleared slot starts from zeros; a prompt runs beside another sequence's one token.
+    s.clear_seq(2);
+    let mixed: Vec<BatchToken> = BatchToken::sequence(&tokens[2..9], 2, true)
+        .chain(std::iter::once(BatchToken { token: tokens[9], seq: 0, logits: true }))
+        .collect();
+    s.decode(&mixed).unwrap();
+    let alone = {
+        let mut a = Session::new(model.clone(), 32, strict()).unwrap();
+        let mut rows = Vec::new();
+        for &t in &tokens[2..9] {
+            rows.extend_from_slice(a.eval(t).unwrap());
+        }
+        rows
+    };
+    let n_vocab = s.output(0).len();
+    for i in 0..7 {
+        close(
+            &format!("prompt row {i}"),
+            s.output(i),
+            &alone[i * n_vocab..(i + 1) * n_vocab],
+        );
+    }
+    close("beside the prompt", s.output(7), &fresh(&tokens[..10]));
+}

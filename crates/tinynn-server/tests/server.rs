@@ -625,6 +625,9 @@ fn zoo_architectures_serve_the_librarys_text() {
         "tiny-gptneox",
         "tiny-phi3",
         "tiny-mixtral",
+        // A recurrent state per slot: the streamed request reuses a slot whose state must be
+        // rebuilt from the prompt prefix it keeps.
+        "tiny-mamba",
     ] {
         let dir = tmp.path().join(name);
         std::fs::create_dir_all(&dir).unwrap();

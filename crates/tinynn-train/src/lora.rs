@@ -21,8 +21,8 @@ use crate::error::{Result, TrainError};
 use crate::params::NamedTensor;
 use crate::rng::Rng;
 
-/// The projections LoRA can target: short name → GGUF tensor stem.
-pub const MODULES: [(&str, &str); 8] = [
+/// The projections LoRA can target: short name → GGUF tensor stem (the last four: Mamba's).
+pub const MODULES: [(&str, &str); 12] = [
     ("q", "attn_q"),
     ("k", "attn_k"),
     ("v", "attn_v"),
@@ -31,6 +31,10 @@ pub const MODULES: [(&str, &str); 8] = [
     ("up", "ffn_up"),
     ("down", "ffn_down"),
     ("qkv", "attn_qkv"),
+    ("in", "ssm_in"),
+    ("x", "ssm_x"),
+    ("dt", "ssm_dt"),
+    ("out", "ssm_out"),
 ];
 
 /// The fused q/k/v projection (GPT-2's `attn_qkv`), which `q`, `k` or `v` also target: a model
@@ -42,7 +46,8 @@ const FUSED_QKV: &str = "attn_qkv";
 pub struct Targets(u16);
 
 impl Targets {
-    /// Parses a comma-separated list of short names (`q,k,v,o,gate,up,down,qkv`, or `all`).
+    /// Parses a comma-separated list of short names (`q,k,v,o,gate,up,down,qkv`, Mamba's
+    /// `in,x,dt,out`, or `all`).
     pub fn parse(s: &str) -> Result<Targets> {
         let mut bits = 0u16;
         for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
@@ -55,7 +60,7 @@ impl Targets {
                 .position(|(short, stem)| *short == part || *stem == part)
                 .ok_or_else(|| {
                     TrainError::Invalid(format!(
-                        "unknown LoRA target '{part}' (expected some of q,k,v,o,gate,up,down,qkv)"
+                        "unknown LoRA target '{part}' (expected some of q,k,v,o,gate,up,down,qkv or Mamba's in,x,dt,out)"
                     ))
                 })?;
             bits |= 1 << i;
@@ -220,8 +225,11 @@ mod tests {
         assert_eq!(t.to_list(), "q,v");
         assert_eq!(
             Targets::parse("all").unwrap().to_list(),
-            "q,k,v,o,gate,up,down,qkv"
+            "q,k,v,o,gate,up,down,qkv,in,x,dt,out"
         );
+        let m = Targets::parse("in,out").unwrap();
+        assert!(m.covers("blk.0.ssm_in.weight") && m.covers("blk.2.ssm_out.weight"));
+        assert!(!m.covers("blk.0.ssm_x.weight") && !m.covers("blk.0.ssm_conv1d.weight"));
         assert!(Targets::parse("q,zz").is_err() && Targets::parse("").is_err());
         // A fused q/k/v projection is adapted for any of q, k, v (or qkv), not for o alone.
         assert!(t.covers("blk.1.attn_qkv.weight"));

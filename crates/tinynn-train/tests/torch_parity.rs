@@ -70,7 +70,7 @@ fn lora_gradients_match(name: &str) {
         rank: want["rank"].as_u64().unwrap() as usize,
         alpha: want["alpha"].as_f64().unwrap() as f32,
         dropout: 0.0,
-        targets: Targets::parse("all").unwrap(),
+        targets: Targets::parse(want["targets"].as_str().unwrap_or("all")).unwrap(),
         seed: 1,
     });
     let mut t = Trainer::new(&dir, cfg).unwrap();
@@ -113,7 +113,7 @@ fn lora_gradients_match(name: &str) {
     assert!(loss_err <= TOL, "{name}: LoRA loss {loss} vs {want_loss}");
 }
 
-/// Every attention architecture's LoRA against peft.
+/// Every architecture's LoRA against peft.
 #[test]
 fn lora_loss_and_adapter_gradients_match_peft_on_every_architecture() {
     for name in [
@@ -126,6 +126,7 @@ fn lora_loss_and_adapter_gradients_match_peft_on_every_architecture() {
         "train-gptneox",
         "train-phi3",
         "train-mixtral",
+        "train-mamba",
     ] {
         lora_gradients_match(name);
     }

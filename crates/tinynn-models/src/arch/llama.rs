@@ -35,11 +35,12 @@ pub struct Llama {
     pub sliding_window: bool,
 }
 
-/// Llama, SmolLM.
+/// Llama, SmolLM (and Mistral as llama.cpp's converter writes it: a Llama whose file may
+/// state a sliding window).
 pub static LLAMA: Llama = Llama {
     qkv_bias: false,
     qk_norm: false,
-    sliding_window: false,
+    sliding_window: true,
 };
 pub static MISTRAL: Llama = Llama {
     qkv_bias: false,

@@ -73,7 +73,13 @@ pub fn convert_hf(model: &Model, out: &Path, opts: &ConvertOptions) -> Result<Co
     let decls = declare(arch.decoder, &hp, &has)?;
 
     let mut w = GgufWriter::new();
-    write_config(&mut w, arch.name, config, &hp, opts.out_type)?;
+    // llama.cpp's converter writes Mistral as a Llama (llama.cpp has no `mistral`
+    // architecture); the window key stays, which tinynn's Llama decoder honours.
+    let gguf_arch = match arch.name {
+        "mistral" => "llama",
+        name => name,
+    };
+    write_config(&mut w, gguf_arch, config, &hp, opts.out_type)?;
     if let Some(t) = model.chat_template_source() {
         w.set_str(&Key::TokenizerChatTemplate.resolve(""), t);
     }

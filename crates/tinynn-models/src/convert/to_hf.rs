@@ -90,9 +90,12 @@ pub fn export_hf(model: &Model, out: &Path, opts: &ExportOptions) -> Result<Expo
         )));
     };
     let hp = Hparams::from_config(config, false)?;
-    // llama.cpp writes Mixtral as a Llama with experts.
+    // llama.cpp writes Mixtral as a Llama with experts, and Mistral as a Llama (tinynn's
+    // converter keeps the window key, which makes it a Mistral again).
     let (arch_name, class) = if hp.n_expert > 0 {
         ("mixtral", "MixtralForCausalLM")
+    } else if arch.name == "llama" && hp.swa.is_some() {
+        ("mistral", "MistralForCausalLM")
     } else {
         (arch.name, class)
     };
@@ -112,11 +115,14 @@ pub fn export_hf(model: &Model, out: &Path, opts: &ExportOptions) -> Result<Expo
             hp.rope.n_dims, hp.head_dim
         )));
     }
-    if hp.swa.is_some() && arch.name != "mistral" {
-        return Err(invalid(format!(
-            "sliding-window layers in a '{}' model have no {class} config form",
-            arch.name
-        )));
+    if let Some(swa) = &hp.swa {
+        // Mistral and Mixtral configs window every layer.
+        if !matches!(arch_name, "mistral" | "mixtral") || !swa.layers.iter().all(|&w| w) {
+            return Err(invalid(format!(
+                "sliding-window layers in a '{}' model have no {class} config form",
+                arch.name
+            )));
+        }
     }
     let g = file.gguf();
     let tokenizer_json = if opts.tokenizer {
@@ -382,7 +388,7 @@ fn config_json(
         put("num_experts_per_tok", json!(hp.n_expert_used));
     }
     match (&hp.swa, arch) {
-        (Some(s), "mistral") => put("sliding_window", json!(s.window)),
+        (Some(s), "mistral" | "mixtral") => put("sliding_window", json!(s.window)),
         (_, "mistral" | "mixtral" | "qwen2" | "qwen3") => put("sliding_window", Json::Null),
         _ => {}
     }
