@@ -59,12 +59,10 @@ pub fn run(args: &FinetuneArgs) -> Result<()> {
             rank: args.rank,
             alpha: args.alpha,
             dropout: args.dropout,
-            targets: Targets::parse(args.targets.as_deref().unwrap_or(
-                match model.config().ssm {
-                    Some(_) => "in,out",
-                    None => "q,v",
-                },
-            ))?,
+            targets: Targets::parse(args.targets.as_deref().unwrap_or(match model.config().ssm {
+                Some(_) => "in,out",
+                None => "q,v",
+            }))?,
             seed: la.seed,
         })
     } else {

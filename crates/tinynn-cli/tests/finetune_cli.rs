@@ -335,6 +335,76 @@ fn train_a_mixture_of_experts_from_scratch() {
     }
 }
 
+/// Mamba trained from scratch (`architecture: "mamba"`, SSM sizes in the config): the loss
+/// falls, the export names its SSM sizes and runs; settings that cannot work are one-line
+/// errors.
+#[test]
+fn train_a_mamba_from_scratch() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = text_file(dir.path());
+    let train = |name: &str, json: &str| {
+        let config = dir.path().join(format!("{name}.json"));
+        std::fs::write(&config, json).unwrap();
+        train_scratch(&config, &data, &dir.path().join(name), 8, "3e-3")
+    };
+    let out = train(
+        "mamba",
+        r#"{"architecture": "mamba", "n_embd": 32, "n_layer": 2, "n_ctx": 64, "ssm_state": 8}"#,
+    );
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    let metrics = std::fs::read_to_string(dir.path().join("mamba/metrics.jsonl")).unwrap();
+    let losses: Vec<f64> = metrics
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter_map(|v| v["loss"].as_f64())
+        .collect();
+    assert!(
+        losses.len() >= 8 && losses[losses.len() - 1] < losses[0],
+        "losses {losses:?}"
+    );
+    let model = dir.path().join("mamba/model.gguf");
+    let shown = run_measured(tnn().arg("inspect").arg(&model));
+    for row in [
+        "architecture:  mamba",
+        "ssm inner       64",
+        "ssm state       8",
+        "ssm dt rank     2",
+    ] {
+        assert!(shown.stdout.contains(row), "{row}: {}", shown.stdout);
+    }
+    let mut cmd = tnn();
+    cmd.args([
+        "run", "-p", "the", "-n", "4", "--temp", "0", "-t", "1", "-m",
+    ])
+    .arg(&model);
+    let out = run_measured(&mut cmd);
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+
+    for (json, want) in [
+        (
+            r#"{"architecture": "mamba", "n_embd": 32, "n_layer": 1, "n_head": 4}"#,
+            "no attention",
+        ),
+        (
+            r#"{"architecture": "mamba", "n_embd": 32, "n_layer": 1, "ssm_conv": 1}"#,
+            "SSM convolution width",
+        ),
+        (
+            r#"{"architecture": "mamba", "n_embd": 32, "n_layer": 1, "ssm_state": 100000}"#,
+            "SSM state size",
+        ),
+        (
+            r#"{"n_embd": 32, "n_layer": 1, "n_head": 4, "n_ff": 48, "ssm_state": 8}"#,
+            "for Mamba",
+        ),
+    ] {
+        let out = train("bad", json);
+        assert_ne!(out.code, Some(0), "{json}");
+        assert!(out.stderr.contains(want), "{json}: {}", out.stderr);
+        assert_eq!(out.stderr.trim().lines().count(), 1, "{}", out.stderr);
+    }
+}
+
 /// Ctrl-C (SIGINT) saves a checkpoint and exits cleanly; `--resume` continues from it.
 #[test]
 fn ctrl_c_saves_a_checkpoint_and_exits_cleanly() {

@@ -80,7 +80,10 @@ fn write_report(s: &mut String, r: &Report) -> std::fmt::Result {
         match &c.ssm {
             // A state-space model: no attention, feed-forward or RoPE to show.
             Some(x) => rows.extend([
-                ("ssm", "selective scan, no attention (a state per sequence)".into()),
+                (
+                    "ssm",
+                    "selective scan, no attention (a state per sequence)".into(),
+                ),
                 ("ssm inner", x.inner_size.to_string()),
                 ("ssm state", x.state_size.to_string()),
                 ("ssm conv", x.conv_kernel.to_string()),
@@ -93,10 +96,7 @@ fn write_report(s: &mut String, r: &Report) -> std::fmt::Result {
                 ("feed forward", opt(&c.n_ff)),
             ]),
         }
-        rows.extend([
-            ("vocab", opt(&c.n_vocab)),
-            ("norm eps", opt(&c.norm_eps)),
-        ]);
+        rows.extend([("vocab", opt(&c.n_vocab)), ("norm eps", opt(&c.norm_eps))]);
         if c.ssm.is_none() {
             rows.extend([
                 ("rope dims", opt(&c.rope_dims)),

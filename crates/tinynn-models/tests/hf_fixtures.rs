@@ -395,9 +395,21 @@ fn mamba_state_follows_truncation_copies_and_failures() {
     s.copy_seq(0, 1, 8).unwrap();
     s.copy_seq(0, 2, 5).unwrap();
     let step = [
-        BatchToken { token: tokens[8], seq: 0, logits: true },
-        BatchToken { token: tokens[9], seq: 1, logits: true },
-        BatchToken { token: tokens[11], seq: 2, logits: true },
+        BatchToken {
+            token: tokens[8],
+            seq: 0,
+            logits: true,
+        },
+        BatchToken {
+            token: tokens[9],
+            seq: 1,
+            logits: true,
+        },
+        BatchToken {
+            token: tokens[11],
+            seq: 2,
+            logits: true,
+        },
     ];
     s.decode(&step).unwrap();
     close("sequence 0", s.output(0), &fresh(&tokens[..9]));
@@ -409,15 +421,27 @@ fn mamba_state_follows_truncation_copies_and_failures() {
     close("prefix copy", s.output(2), &fresh(&two));
     // A batch that fails (a token id past the model's table) changes nothing.
     let bad = [
-        BatchToken { token: tokens[9], seq: 0, logits: true },
-        BatchToken { token: 1 << 30, seq: 1, logits: true },
+        BatchToken {
+            token: tokens[9],
+            seq: 0,
+            logits: true,
+        },
+        BatchToken {
+            token: 1 << 30,
+            seq: 1,
+            logits: true,
+        },
     ];
     assert!(s.decode(&bad).is_err());
     assert_eq!((s.seq_len(0), s.seq_len(1)), (9, 9));
     // A cleared slot starts from zeros; a prompt runs beside another sequence's one token.
     s.clear_seq(2);
     let mixed: Vec<BatchToken> = BatchToken::sequence(&tokens[2..9], 2, true)
-        .chain(std::iter::once(BatchToken { token: tokens[9], seq: 0, logits: true }))
+        .chain(std::iter::once(BatchToken {
+            token: tokens[9],
+            seq: 0,
+            logits: true,
+        }))
         .collect();
     s.decode(&mixed).unwrap();
     let alone = {

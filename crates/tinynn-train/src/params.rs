@@ -149,10 +149,10 @@ pub fn random_params(specs: &[ParamSpec], seed: u64) -> Vec<NamedTensor> {
         .iter()
         .map(|s| {
             let n: usize = s.dims.iter().product();
+            let row = s.dims.first().copied().unwrap_or(1);
             let data = match s.init {
                 Init::Normal => (0..n).map(|_| 0.02 * rng.normal()).collect(),
-                Init::Zeros => vec![0.0; n],
-                Init::Ones => vec![1.0; n],
+                fixed => (0..n).map(|k| fixed.fixed(k, row).unwrap_or(0.0)).collect(),
             };
             NamedTensor {
                 name: s.name.clone(),

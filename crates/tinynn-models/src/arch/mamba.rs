@@ -69,7 +69,8 @@ impl Decoder for Mamba {
         let conv_b = lv.optional(g, &blk("ssm_conv1d.bias"), &[di], Init::Zeros)?;
         let w_x = lv.linear(g, &blk("ssm_x"), di, dtr + 2 * ds, true)?;
         let w_dt = lv.linear(g, &blk("ssm_dt"), dtr, di, true)?;
-        let a = lv.tensor(g, &blk("ssm_a"), &[ds, di], Init::Normal)?; // [ds, di]
+        let a_init = Init::SsmA { log: hp.hf_layout };
+        let a = lv.tensor(g, &blk("ssm_a"), &[ds, di], a_init)?; // [ds, di]
         let d = lv.tensor(g, &blk("ssm_d"), &[di], Init::Ones)?; // [di]
         let w_out = lv.linear(g, &blk("ssm_out"), di, e, true)?;
 
@@ -230,6 +231,19 @@ mod tests {
             Some("backbone.norm_f.weight")
         );
         assert_eq!(hf_name("blk.0.attn_q.weight"), None);
+    }
+
+    #[test]
+    fn a_starts_as_s4d_real_in_both_layouts() {
+        let gguf = Init::SsmA { log: false };
+        let hf = Init::SsmA { log: true };
+        // [d_state = 3, d_inner = 2]: each channel's states are −1, −2, −3.
+        let a: Vec<f32> = (0..6).map(|k| gguf.fixed(k, 3).unwrap()).collect();
+        assert_eq!(a, [-1.0, -2.0, -3.0, -1.0, -2.0, -3.0]);
+        for (k, want) in a.iter().enumerate() {
+            let log = hf.fixed(k, 3).unwrap();
+            assert!((-log.exp() - want).abs() < 1e-6);
+        }
     }
 
     #[test]

@@ -21,6 +21,27 @@ pub enum Init {
     Normal,
     Zeros,
     Ones,
+    /// Mamba's A `[d_state, d_inner]`: `−(n + 1)` for state n of every channel (S4D-real, as
+    /// `mamba_ssm` starts it), or `ln(n + 1)` when the tensor is transformers' `A_log`.
+    SsmA {
+        log: bool,
+    },
+}
+
+impl Init {
+    /// The value of element `k` of a tensor whose rows are `row` long, for the inits that are
+    /// not random (`None` for [`Init::Normal`]).
+    pub fn fixed(self, k: usize, row: usize) -> Option<f32> {
+        match self {
+            Init::Normal => None,
+            Init::Zeros => Some(0.0),
+            Init::Ones => Some(1.0),
+            Init::SsmA { log } => {
+                let n = (k % row.max(1) + 1) as f32;
+                Some(if log { n.ln() } else { -n })
+            }
+        }
+    }
 }
 
 /// The source of a graph's tensors, by GGUF name.
