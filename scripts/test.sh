@@ -42,3 +42,6 @@ scripts/test-install.sh
 
 echo "== the openai Python client against tnn serve"
 scripts/test-openai-client.sh
+
+echo "== the C ABI from C (shared and static), under valgrind, and from Ruby"
+scripts/test-capi.sh

@@ -278,23 +278,23 @@ fn refusals_are_one_line_errors() {
     let truncated = dir.path().join("truncated.gguf");
     let bytes = std::fs::read(&src).unwrap();
     std::fs::write(&truncated, &bytes[..bytes.len() / 2]).unwrap();
-    let other_arch = dir.path().join("mamba.gguf");
-    write_model(&other_arch, "mamba");
+    let other_arch = dir.path().join("rwkv6.gguf");
+    write_model(&other_arch, "rwkv6");
     let unwritable = dir.path().join("no/such/dir/out.gguf");
     // Running an architecture tinynn lacks says which ones it has.
     let run = run_measured(tnn().args(["run", "-p", "hi", "-m"]).arg(&other_arch));
     assert_eq!(run.code, Some(1), "{}", run.stderr);
     let err = run.stderr.trim_end().lines().last().unwrap_or("");
     assert!(
-        err.contains("architecture 'mamba' is not supported yet (supported: llama,")
+        err.contains("architecture 'rwkv6' is not supported yet (supported: llama,")
             && err.contains("gemma3")
-            && err.contains("phi3"),
+            && err.contains("mamba"),
         "{err}"
     );
     let cases: [(&[&std::ffi::OsStr], &str); 6] = [
         (
             &[other_arch.as_ref(), again.as_ref(), "Q4_0".as_ref()],
-            "architecture 'mamba'",
+            "architecture 'rwkv6'",
         ),
         (
             &[src.as_ref(), again.as_ref(), "Q2_K_S".as_ref()],
