@@ -3,6 +3,8 @@
 # against include/tinynn.h, and checks on the default model that
 #  - the C API's greedy text equals `tnn run`'s (shared and static library);
 #  - tests/c/api.c's contract checks pass (with an adapter `tnn finetune --lora` makes);
+#  - tests/c/train.c trains (LoRA on the default model: loss falls, resume is bit for bit, the
+#    adapter loads; full fine-tuning of the tiny Llama fixture, exported and reopened);
 #  - a run under valgrind --leak-check=full has 0 errors and 0 definitely lost bytes;
 #  - Ruby through ruby-ffi gets the same text.
 # Installs Debian's gcc, valgrind, ruby and ruby-ffi when missing.
@@ -33,6 +35,7 @@ cflags=(-std=c11 -O2 -Wall -Wextra -Werror -pedantic -I "$inc")
 cc "${cflags[@]}" tests/c/generate.c -L "$lib" -ltinynn -Wl,-rpath,"$lib" -o "$out/generate"
 cc "${cflags[@]}" tests/c/generate.c "$lib/libtinynn.a" -lpthread -ldl -lm -o "$out/generate-static"
 cc "${cflags[@]}" tests/c/api.c -L "$lib" -ltinynn -Wl,-rpath,"$lib" -lm -o "$out/api"
+cc "${cflags[@]}" tests/c/train.c -L "$lib" -ltinynn -Wl,-rpath,"$lib" -lm -o "$out/train"
 
 tnn="$target/release/tnn"
 model="$("$tnn" list | sed -n 's/^cache: //p')/SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -54,6 +57,9 @@ head -c 4000 /usr/share/common-licenses/GPL-3 >"$adapter_dir/data.txt"
 "$tnn" finetune -m "$model" --data "$adapter_dir/data.txt" --lora --seq 32 --batch 1 --steps 2 \
     --lr 1e-2 --eval-frac 0 -t 2 --out "$adapter_dir/run" >/dev/null 2>&1
 "$out/api" "$model" "$adapter_dir/run/adapter.gguf"
+head -c 6000 /usr/share/common-licenses/GPL-3 >"$adapter_dir/text.txt"
+"$tnn" convert crates/tinynn-models/tests/fixtures/tiny-llama "$adapter_dir/tiny.gguf" F32 >/dev/null 2>&1
+"$out/train" "$model" "$adapter_dir/text.txt" "$adapter_dir" "$adapter_dir/tiny.gguf"
 
 valgrind --quiet --leak-check=full --errors-for-leak-kinds=definite --error-exitcode=3 \
     "$out/generate" "$model" "$prompt" 4 1 >"$adapter_dir/vg.out" 2>"$adapter_dir/vg.err" || {

@@ -58,6 +58,9 @@ typedef struct TnnSampler TnnSampler;
 // A session over a model. One call at a time (calls from several threads are serialized).
 typedef struct TnnSession TnnSession;
 
+// A trainer. One call at a time.
+typedef struct TnnTrainer TnnTrainer;
+
 // How to pick tokens (`tnn_sample_default_params`: greedy, no penalties).
 typedef struct TnnSampleParams {
   // 0: greedy (the most likely token); above 0: divides the logits before the draw.
@@ -143,6 +146,46 @@ typedef struct TnnBatchToken {
   // Whether the call outputs its logits.
   bool logits;
 } TnnBatchToken;
+
+// How to train (`tnn_train_default_params`: LoRA rank 8, AdamW, lr 1e-4).
+typedef struct TnnTrainParams {
+  // Tokens per sequence.
+  uint32_t seq;
+  // Sequences per micro-batch.
+  uint32_t batch;
+  // Micro-batches per optimizer step (gradient accumulation).
+  uint32_t accum;
+  // Threads.
+  uint32_t n_threads;
+  // true: a LoRA adapter on the frozen base (which keeps its file type: QLoRA on quantized
+  // files); false: every weight (f32 master copies).
+  bool lora;
+  // LoRA rank.
+  uint32_t lora_rank;
+  // LoRA alpha (the branch is scaled by alpha / rank).
+  float lora_alpha;
+  // Dropout on the adapter's input (0 ≤ p < 1).
+  float lora_dropout;
+  // Projections to adapt, comma-separated (`q,k,v,o,gate,up,down,qkv`, Mamba's
+  // `in,x,dt,out`, or `all`); null: `q,v` (Mamba: `in,out`).
+  const char *lora_targets;
+  // 0: AdamW, 1: SGD with momentum.
+  uint32_t optimizer;
+  // AdamW's β1, β2 and ε.
+  float beta1;
+  float beta2;
+  float eps;
+  // SGD's momentum.
+  float momentum;
+  // Decoupled weight decay.
+  float weight_decay;
+  // Clip the gradient to this global L2 norm (0: no clipping).
+  float clip;
+  // The learning rate of `tnn_trainer_step` (`tnn_trainer_set_lr` changes it).
+  float lr;
+  // Seeds the adapter's initial values and the dropout masks.
+  uint64_t seed;
+} TnnTrainParams;
 
 #ifdef __cplusplus
 extern "C" {
@@ -359,6 +402,93 @@ enum TnnStatus tnn_session_set_lora(struct TnnSession *session,
 // The message of the last failed `tnn_*` call on this thread ("" after a success). The
 // pointer stays valid until the next `tnn_*` call on this thread.
 const char *tnn_last_error(void);
+
+// LoRA (rank 8, alpha 16, dropout 0, default targets), AdamW (0.9, 0.999, 1e-8, weight decay
+// 0.01), lr 1e-4, seq 256 × batch 4, one micro-batch a step, 1 thread, no clipping.
+struct TnnTrainParams tnn_train_default_params(void);
+
+// Makes a trainer over `model` as `params` says (null: the defaults) into `*out`.
+//
+// # Safety
+// `params` is null or readable (its `lora_targets` null or NUL-terminated); `out` writable.
+enum TnnStatus tnn_trainer_new(const struct TnnModel *model,
+                               const struct TnnTrainParams *params,
+                               struct TnnTrainer **out);
+
+// Frees a trainer handle (null: nothing).
+//
+// # Safety
+// `trainer` is null or a handle from `tnn_trainer_new`.
+enum TnnStatus tnn_trainer_free(struct TnnTrainer *trainer);
+
+// One optimizer step on `n` = accum · batch · seq token ids (sequence after sequence) at the
+// trainer's learning rate. `labels` (`n` values, a negative one unscored) may be null: each
+// token then predicts the next of its sequence. `*loss` gets the step's mean cross-entropy.
+// A step whose loss or gradient is not finite is skipped (`*skipped` true when not null):
+// weights and optimizer state stay as they were.
+//
+// # Safety
+// `ids` holds `n` values, `labels` null or `n` values; `loss` and `skipped` writable or null.
+enum TnnStatus tnn_trainer_step(struct TnnTrainer *trainer,
+                                const int32_t *ids,
+                                const int32_t *labels,
+                                size_t n,
+                                float *loss,
+                                bool *skipped);
+
+// The mean cross-entropy of one micro-batch (batch · seq ids; `labels` as in
+// `tnn_trainer_step`) without training.
+//
+// # Safety
+// As `tnn_trainer_step`.
+enum TnnStatus tnn_trainer_eval_loss(struct TnnTrainer *trainer,
+                                     const int32_t *ids,
+                                     const int32_t *labels,
+                                     size_t n,
+                                     float *loss);
+
+// The learning rate the next steps use.
+//
+// # Safety
+// `lr` is writable.
+enum TnnStatus tnn_trainer_get_lr(struct TnnTrainer *trainer, float *lr);
+
+// Sets the learning rate of the next steps (a schedule is the caller's loop).
+enum TnnStatus tnn_trainer_set_lr(struct TnnTrainer *trainer, float lr);
+
+// Optimizer steps taken (a resumed trainer counts the checkpoint's).
+//
+// # Safety
+// `steps` is writable.
+enum TnnStatus tnn_trainer_steps(struct TnnTrainer *trainer, uint64_t *steps);
+
+// Writes a checkpoint (the trained weights or adapter, optimizer moments, step, dropout RNG,
+// the learning rate) as `dir/checkpoint-<step>.gguf` (the directory is made if needed; older
+// checkpoints are kept); its path goes into `path` (room for `cap` bytes; may be null with
+// `cap` 0).
+//
+// # Safety
+// `dir` is NUL-terminated; `path` has room for `cap` bytes or is null.
+enum TnnStatus tnn_trainer_save(struct TnnTrainer *trainer,
+                                const char *dir,
+                                char *path,
+                                size_t cap);
+
+// Restores the trainer from the latest checkpoint in `dir` (made by `tnn_trainer_save` with
+// the same settings): weights or adapter, optimizer moments, step, dropout RNG and learning
+// rate, so the next steps are those an uninterrupted run takes, bit for bit.
+//
+// # Safety
+// `dir` is NUL-terminated.
+enum TnnStatus tnn_trainer_resume(struct TnnTrainer *trainer, const char *dir);
+
+// Writes what was trained to `path` (atomically): a LoRA trainer writes the adapter in
+// llama.cpp's GGUF LoRA format (`tnn_lora_open` and `tnn run --lora` read it); a full one
+// writes the model as GGUF with `f16` false: F32 or true: F16 matrices.
+//
+// # Safety
+// `path` is NUL-terminated.
+enum TnnStatus tnn_trainer_export(struct TnnTrainer *trainer, const char *path, bool f16);
 
 #ifdef __cplusplus
 }  // extern "C"

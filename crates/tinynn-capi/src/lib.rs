@@ -24,6 +24,7 @@ mod model;
 mod sample;
 mod session;
 mod status;
+mod train;
 
 pub use generate::{
     tnn_generate, tnn_generate_default_params, TnnFinish, TnnGenerateParams, TnnPieceCallback,
@@ -44,6 +45,11 @@ pub use session::{
     TnnSessionParams,
 };
 pub use status::{tnn_last_error, TnnStatus};
+pub use train::{
+    tnn_train_default_params, tnn_trainer_eval_loss, tnn_trainer_export, tnn_trainer_free,
+    tnn_trainer_get_lr, tnn_trainer_new, tnn_trainer_resume, tnn_trainer_save, tnn_trainer_set_lr,
+    tnn_trainer_step, tnn_trainer_steps, TnnTrainParams, TnnTrainer,
+};
 
 /// The library's version (`major.minor.patch`), a static string.
 #[no_mangle]

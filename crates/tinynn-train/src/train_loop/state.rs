@@ -29,77 +29,105 @@ pub(super) struct Saver<'a> {
 impl Saver<'_> {
     /// Writes a checkpoint of the trainer and the batcher's position; returns its path.
     pub fn save<B: Backend>(&self, trainer: &Trainer<B>, batcher: &Batcher) -> Result<PathBuf> {
-        // Borrowed from the trainer: a checkpoint of a large model makes no copy of it.
-        let params = trainer.param_views()?;
-        let opt = trainer.optimizer_views()?;
-        let prefixes = trainer.train_config().optimizer.state_prefixes();
-        let dims: Vec<Vec<u64>> = params
-            .iter()
-            .map(|p| p.1.iter().map(|&d| d as u64).collect())
-            .collect();
-        let refs = params
-            .iter()
-            .zip(&dims)
-            .map(|(p, d)| TensorRef {
-                name: p.0,
-                dims: d,
-                data: p.2,
-            })
-            .collect();
-        // The optimizer's views hold, per parameter, one tensor per prefix.
-        let groups = prefixes
-            .iter()
-            .enumerate()
-            .map(|(k, prefix)| {
-                let tensors = (0..params.len())
-                    .map(|i| opt[i * prefixes.len() + k])
-                    .collect();
-                (format!("{prefix}."), tensors)
-            })
-            .collect();
-        let ckpt = Checkpoint {
-            meta: CheckpointMeta {
-                step: trainer.steps_taken(),
-                architecture: Some(trainer.architecture()),
-                schedule: Some(self.schedule),
-                data: Some(batcher.position()),
-                rngs: vec![("dropout".into(), trainer.dropout_rng().state())],
-                config_json: self.config_json.to_string(),
-            },
-            params: refs,
-            groups,
+        let extra = RunState {
+            schedule: Some(self.schedule),
+            data: Some(batcher.position()),
+            config_json: self.config_json.to_string(),
         };
-        let opts = SaveOptions {
-            keep_last: self.keep,
-            ..SaveOptions::default()
-        };
-        Ok(checkpoint::save(self.dir, &ckpt, &opts)?)
+        save_trainer(trainer, self.dir, &extra, self.keep)
     }
 }
 
-/// Restores the trainer and batcher from the latest checkpoint in `dir`; returns its path.
-pub(super) fn resume<B: Backend>(
-    trainer: &mut Trainer<B>,
-    batcher: &mut Batcher,
+/// What a checkpoint holds besides the trainer's own state (weights, optimizer moments, step,
+/// dropout RNG): the run's schedule, data position and configuration (free-form JSON).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct RunState {
+    /// The learning-rate schedule.
+    pub schedule: Option<Schedule>,
+    /// Where the data reader is.
+    pub data: Option<crate::data::DataPosition>,
+    /// The run's settings as JSON (`{}` when empty); a resume compares it.
+    pub config_json: String,
+}
+
+/// Writes a checkpoint of `trainer` (its parameters — every weight, or the adapter —, the
+/// optimizer moments, the step and the dropout RNG) and `run` as `dir/checkpoint-<step>.gguf`,
+/// keeping the newest `keep` (0: all); returns its path.
+pub fn save_trainer<B: Backend>(
+    trainer: &Trainer<B>,
     dir: &Path,
-    config_json: &str,
-    schedule: &Schedule,
-    observer: &mut dyn LoopObserver,
+    run: &RunState,
+    keep: usize,
 ) -> Result<PathBuf> {
+    // Borrowed from the trainer: a checkpoint of a large model makes no copy of it.
+    let params = trainer.param_views()?;
+    let opt = trainer.optimizer_views()?;
+    let prefixes = trainer.train_config().optimizer.state_prefixes();
+    let dims: Vec<Vec<u64>> = params
+        .iter()
+        .map(|p| p.1.iter().map(|&d| d as u64).collect())
+        .collect();
+    let refs = params
+        .iter()
+        .zip(&dims)
+        .map(|(p, d)| TensorRef {
+            name: p.0,
+            dims: d,
+            data: p.2,
+        })
+        .collect();
+    // The optimizer's views hold, per parameter, one tensor per prefix.
+    let groups = prefixes
+        .iter()
+        .enumerate()
+        .map(|(k, prefix)| {
+            let tensors = (0..params.len())
+                .map(|i| opt[i * prefixes.len() + k])
+                .collect();
+            (format!("{prefix}."), tensors)
+        })
+        .collect();
+    let config_json = if run.config_json.is_empty() {
+        "{}".to_string()
+    } else {
+        run.config_json.clone()
+    };
+    let ckpt = Checkpoint {
+        meta: CheckpointMeta {
+            step: trainer.steps_taken(),
+            architecture: Some(trainer.architecture()),
+            schedule: run.schedule,
+            data: run.data,
+            rngs: vec![("dropout".into(), trainer.dropout_rng().state())],
+            config_json,
+        },
+        params: refs,
+        groups,
+    };
+    let opts = SaveOptions {
+        keep_last: keep,
+        ..SaveOptions::default()
+    };
+    Ok(checkpoint::save(dir, &ckpt, &opts)?)
+}
+
+/// Restores `trainer` (parameters, optimizer moments, step, dropout RNG) from the latest
+/// checkpoint in `dir`, which must hold every parameter of the trainer; returns the
+/// checkpoint (its path, metadata and the note of a fallback to an older one).
+pub fn restore_trainer<B: Backend>(
+    trainer: &mut Trainer<B>,
+    dir: &Path,
+) -> Result<checkpoint::LoadedCheckpoint> {
     let ck = checkpoint::load_latest(dir)?;
-    if let Some(why) = &ck.fallback {
-        observer.on_message(&format!("warning: {why}"));
-    }
-    if ck.meta.config_json != config_json {
-        return Err(TrainError::ResumeMismatch {
-            path: ck.path.clone(),
-            checkpoint: ck.meta.config_json.clone(),
-            run: config_json.to_string(),
-        });
-    }
-    if ck.meta.schedule.as_ref() != Some(schedule) {
-        observer.on_message("note: the learning-rate schedule differs from the checkpoint's");
-    }
+    restore_from(trainer, &ck)?;
+    Ok(ck)
+}
+
+/// [`restore_trainer`] from a loaded checkpoint.
+fn restore_from<B: Backend>(
+    trainer: &mut Trainer<B>,
+    ck: &checkpoint::LoadedCheckpoint,
+) -> Result<()> {
     let params = ck
         .param_tensors()
         .map(|t| {
@@ -139,16 +167,43 @@ pub(super) fn resume<B: Backend>(
         step: ck.meta.step,
         tensors,
     })?;
+    if let Some(state) = ck.rng("dropout") {
+        trainer.set_dropout_rng(Rng::from_state(state));
+    }
+    Ok(())
+}
+
+/// Restores the trainer and batcher from the latest checkpoint in `dir`; returns its path.
+pub(super) fn resume<B: Backend>(
+    trainer: &mut Trainer<B>,
+    batcher: &mut Batcher,
+    dir: &Path,
+    config_json: &str,
+    schedule: &Schedule,
+    observer: &mut dyn LoopObserver,
+) -> Result<PathBuf> {
+    let ck = checkpoint::load_latest(dir)?;
+    if ck.meta.config_json != config_json {
+        return Err(TrainError::ResumeMismatch {
+            path: ck.path.clone(),
+            checkpoint: ck.meta.config_json.clone(),
+            run: config_json.to_string(),
+        });
+    }
     let Some(pos) = ck.meta.data else {
         return Err(TrainError::Invalid(format!(
             "{}: the checkpoint has no data position",
             ck.path.display()
         )));
     };
-    batcher.set_position(pos)?;
-    if let Some(state) = ck.rng("dropout") {
-        trainer.set_dropout_rng(Rng::from_state(state));
+    restore_from(trainer, &ck)?;
+    if let Some(why) = &ck.fallback {
+        observer.on_message(&format!("warning: {why}"));
     }
+    if ck.meta.schedule.as_ref() != Some(schedule) {
+        observer.on_message("note: the learning-rate schedule differs from the checkpoint's");
+    }
+    batcher.set_position(pos)?;
     observer.on_message(&format!(
         "resumed from {} (step {})",
         ck.path.display(),
