@@ -5,6 +5,8 @@
 #  - tests/c/api.c's contract checks pass (with an adapter `tnn finetune --lora` makes);
 #  - tests/c/train.c trains (LoRA on the default model: loss falls, resume is bit for bit, the
 #    adapter loads; full fine-tuning of the tiny Llama fixture, exported and reopened);
+#  - tests/c/graph.c builds, trains and runs graphs (an MLP to a loss threshold, ops against
+#    values computed in C, a model's tensor as a leaf);
 #  - a run under valgrind --leak-check=full has 0 errors and 0 definitely lost bytes;
 #  - Ruby through ruby-ffi gets the same text.
 # Installs Debian's gcc, valgrind, ruby and ruby-ffi when missing.
@@ -36,6 +38,7 @@ cc "${cflags[@]}" tests/c/generate.c -L "$lib" -ltinynn -Wl,-rpath,"$lib" -o "$o
 cc "${cflags[@]}" tests/c/generate.c "$lib/libtinynn.a" -lpthread -ldl -lm -o "$out/generate-static"
 cc "${cflags[@]}" tests/c/api.c -L "$lib" -ltinynn -Wl,-rpath,"$lib" -lm -o "$out/api"
 cc "${cflags[@]}" tests/c/train.c -L "$lib" -ltinynn -Wl,-rpath,"$lib" -lm -o "$out/train"
+cc "${cflags[@]}" tests/c/graph.c -L "$lib" -ltinynn -Wl,-rpath,"$lib" -lm -o "$out/graph"
 
 tnn="$target/release/tnn"
 model="$("$tnn" list | sed -n 's/^cache: //p')/SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -60,6 +63,7 @@ head -c 4000 /usr/share/common-licenses/GPL-3 >"$adapter_dir/data.txt"
 head -c 6000 /usr/share/common-licenses/GPL-3 >"$adapter_dir/text.txt"
 "$tnn" convert crates/tinynn-models/tests/fixtures/tiny-llama "$adapter_dir/tiny.gguf" F32 >/dev/null 2>&1
 "$out/train" "$model" "$adapter_dir/text.txt" "$adapter_dir" "$adapter_dir/tiny.gguf"
+"$out/graph" "$model"
 
 valgrind --quiet --leak-check=full --errors-for-leak-kinds=definite --error-exitcode=3 \
     "$out/generate" "$model" "$prompt" 4 1 >"$adapter_dir/vg.out" 2>"$adapter_dir/vg.err" || {

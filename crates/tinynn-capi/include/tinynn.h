@@ -46,6 +46,9 @@ typedef enum TnnFinish {
   TNN_FINISH_CALLBACK = 3,
 } TnnFinish;
 
+// A graph. One call at a time.
+typedef struct TnnGraph TnnGraph;
+
 // A LoRA adapter file (llama.cpp's GGUF LoRA format). Thread-safe.
 typedef struct TnnLora TnnLora;
 
@@ -104,6 +107,9 @@ typedef struct TnnGenerateParams {
 // pointer. Return 0 to go on, anything else to stop. The callback must not call back into
 // this session.
 typedef int32_t (*TnnPieceCallback)(const char *text, size_t len, int32_t token, void *user);
+
+// A tensor of a graph (its id).
+typedef uint32_t TnnTensor;
 
 // What a model is.
 typedef struct TnnModelInfo {
@@ -187,6 +193,9 @@ typedef struct TnnTrainParams {
   uint64_t seed;
 } TnnTrainParams;
 
+// "No tensor", for optional operands (a mask).
+#define TNN_NONE UINT32_MAX
+
 #ifdef __cplusplus
 extern "C" {
 #endif // __cplusplus
@@ -210,6 +219,236 @@ enum TnnStatus tnn_generate(struct TnnSession *session,
                             TnnPieceCallback callback,
                             void *user,
                             enum TnnFinish *finish);
+
+// Makes an empty graph into `*out`.
+//
+// # Safety
+// `out` is a writable `TnnGraph*`.
+enum TnnStatus tnn_graph_new(struct TnnGraph **out);
+
+// Frees a graph handle (null: nothing).
+//
+// # Safety
+// `graph` is null or a handle from `tnn_graph_new`.
+enum TnnStatus tnn_graph_free(struct TnnGraph *graph);
+
+// An input of ggml type `type` (0 F32, 1 F16, 26 I32, 8 Q8_0, ... as ggml numbers them) and
+// dims `ne` (`n_dims` of them, innermost first), written before each compute.
+//
+// # Safety
+// `name` is NUL-terminated; `ne` holds `n_dims` values; `out` is writable.
+enum TnnStatus tnn_graph_input(struct TnnGraph *graph,
+                               const char *name,
+                               uint32_t ggml_type_id,
+                               const int64_t *ne,
+                               size_t n_dims,
+                               TnnTensor *out);
+
+// A trainable F32 parameter of dims `ne`: it keeps its value between computes (zero until
+// written with `tnn_tensor_write`), and `tnn_graph_optimizer` updates it.
+//
+// # Safety
+// As `tnn_graph_input`.
+enum TnnStatus tnn_graph_param(struct TnnGraph *graph,
+                               const char *name,
+                               const int64_t *ne,
+                               size_t n_dims,
+                               TnnTensor *out);
+
+// The model's tensor `name` (GGUF name, any type, read-only) as a leaf of the graph; the
+// graph keeps the model alive.
+//
+// # Safety
+// `name` is NUL-terminated; `out` writable.
+enum TnnStatus tnn_graph_model_tensor(struct TnnGraph *graph,
+                                      const struct TnnModel *model,
+                                      const char *name,
+                                      TnnTensor *out);
+
+// `W·x`: W `[K, N, ...]` (any type) times x `[K, M, ...]` (F32) → `[N, M, ...]`.
+enum TnnStatus tnn_op_mul_mat(struct TnnGraph *graph, TnnTensor w, TnnTensor x, TnnTensor *out);
+
+// Element-wise `a op b` (b broadcast over a): `op` 0 add, 1 sub, 2 mul, 3 div.
+enum TnnStatus tnn_op_binary(struct TnnGraph *graph,
+                             uint32_t op,
+                             TnnTensor a,
+                             TnnTensor b,
+                             TnnTensor *out);
+
+// An activation: `op` 0 SiLU, 1 GELU (tanh), 2 GELU (erf), 3 tanh, 4 exp, 5 square,
+// 6 square root, 7 negation.
+enum TnnStatus tnn_op_unary(struct TnnGraph *graph, uint32_t op, TnnTensor a, TnnTensor *out);
+
+// `s·a`.
+enum TnnStatus tnn_op_scale(struct TnnGraph *graph, TnnTensor a, float s, TnnTensor *out);
+
+// RMS normalization of each row (no weight: multiply by one).
+enum TnnStatus tnn_op_rms_norm(struct TnnGraph *graph, TnnTensor a, float eps, TnnTensor *out);
+
+// Layer normalization of each row (no weight or bias).
+enum TnnStatus tnn_op_layer_norm(struct TnnGraph *graph, TnnTensor a, float eps, TnnTensor *out);
+
+// Softmax of each row of `scale·a + mask` (`mask` may be `TNN_NONE`).
+enum TnnStatus tnn_op_softmax(struct TnnGraph *graph,
+                              TnnTensor a,
+                              TnnTensor mask,
+                              float scale,
+                              TnnTensor *out);
+
+// RoPE on the first `n_dims` of each head of `a` `[head_dim, heads, n]` at positions `pos`
+// (I32 `[n]`): `neox` rotates halves, else adjacent pairs; `base` is the frequency base.
+enum TnnStatus tnn_op_rope(struct TnnGraph *graph,
+                           TnnTensor a,
+                           TnnTensor pos,
+                           uint32_t n_dims,
+                           bool neox,
+                           float base,
+                           TnnTensor *out);
+
+// Attention: q `[d, n_q, heads, batch]`, k and v `[d, n_kv, kv_heads, batch]` →
+// `[d, heads, n_q, batch]`, scores `scale·q·k` plus `mask` (F32 `[n_kv, n_q]`, `TNN_NONE`:
+// none), softmax, times v.
+enum TnnStatus tnn_op_attention(struct TnnGraph *graph,
+                                TnnTensor q,
+                                TnnTensor k,
+                                TnnTensor v,
+                                TnnTensor mask,
+                                float scale,
+                                TnnTensor *out);
+
+// Rows `ids` (I32 `[n]`) of `table` `[K, R]` → F32 `[K, n]`.
+enum TnnStatus tnn_op_get_rows(struct TnnGraph *graph,
+                               TnnTensor table,
+                               TnnTensor ids,
+                               TnnTensor *out);
+
+// `a` seen with dims `ne` (`n_dims` of them; the same element count; contiguous `a`).
+//
+// # Safety
+// `ne` holds `n_dims` values.
+enum TnnStatus tnn_op_reshape(struct TnnGraph *graph,
+                              TnnTensor a,
+                              const int64_t *ne,
+                              size_t n_dims,
+                              TnnTensor *out);
+
+// `a` with its dimensions permuted: dimension i goes to position `axes[i]` (a view).
+//
+// # Safety
+// `axes` holds 4 values.
+enum TnnStatus tnn_op_permute(struct TnnGraph *graph,
+                              TnnTensor a,
+                              const uint32_t *axes,
+                              TnnTensor *out);
+
+// The first two dimensions of `a` swapped (a view).
+enum TnnStatus tnn_op_transpose(struct TnnGraph *graph, TnnTensor a, TnnTensor *out);
+
+// A view of `a`: dims `ne` (`n_dims`), byte strides `nb` of dimensions 1.. (`n_dims − 1`
+// values), from byte `offset`.
+//
+// # Safety
+// `ne` holds `n_dims` values and `nb` `n_dims − 1`.
+enum TnnStatus tnn_op_view(struct TnnGraph *graph,
+                           TnnTensor a,
+                           const int64_t *ne,
+                           size_t n_dims,
+                           const uint64_t *nb,
+                           uint64_t offset,
+                           TnnTensor *out);
+
+// A contiguous copy of `a`.
+enum TnnStatus tnn_op_cont(struct TnnGraph *graph, TnnTensor a, TnnTensor *out);
+
+// `a` and `b` joined along dimension `dim`.
+enum TnnStatus tnn_op_concat(struct TnnGraph *graph,
+                             TnnTensor a,
+                             TnnTensor b,
+                             uint32_t dim,
+                             TnnTensor *out);
+
+// A reduction: `op` 0 the sum of every element (`[1]`), 1 each row's mean, 2 each row's
+// sum (both `[1, rows...]`).
+enum TnnStatus tnn_op_reduce(struct TnnGraph *graph, uint32_t op, TnnTensor a, TnnTensor *out);
+
+// The mean cross-entropy of `logits` `[n_classes, n]` against `labels` (I32 `[n]`; a
+// negative label is not counted) → `[1]`.
+enum TnnStatus tnn_op_cross_entropy(struct TnnGraph *graph,
+                                    TnnTensor logits,
+                                    TnnTensor labels,
+                                    TnnTensor *out);
+
+// Keeps `t` readable after each compute (`tnn_tensor_read`); parameters always are.
+enum TnnStatus tnn_graph_output(struct TnnGraph *graph, TnnTensor t);
+
+// Appends the gradients of scalar `loss` with respect to `n` parameters; `grads[i]` gets the
+// gradient of `params[i]` (readable after a compute).
+//
+// # Safety
+// `params` holds `n` values and `grads` has room for `n`.
+enum TnnStatus tnn_graph_backward(struct TnnGraph *graph,
+                                  TnnTensor loss,
+                                  const TnnTensor *params,
+                                  size_t n,
+                                  TnnTensor *grads);
+
+// Adds an optimizer step to the graph: each compute then updates the `n` parameters in
+// place by their gradients — `kind` 0: AdamW (moments kept between computes), 1: SGD with
+// momentum. Its settings are `tnn_graph_set_optimizer`'s (default lr 1e-3, betas 0.9 /
+// 0.999, eps 1e-8, weight decay 0, momentum 0.9).
+//
+// # Safety
+// `params` and `grads` hold `n` values.
+enum TnnStatus tnn_graph_optimizer(struct TnnGraph *graph,
+                                   uint32_t kind,
+                                   const TnnTensor *params,
+                                   const TnnTensor *grads,
+                                   size_t n);
+
+// The optimizer's settings for the next computes.
+enum TnnStatus tnn_graph_set_optimizer(struct TnnGraph *graph,
+                                       float lr,
+                                       float beta1,
+                                       float beta2,
+                                       float eps,
+                                       float weight_decay,
+                                       float momentum);
+
+// Compiles the graph (one plan and one arena, `n_threads` threads). Afterwards no tensor can
+// be added; parameters are zero and inputs unset until written.
+enum TnnStatus tnn_graph_compile(struct TnnGraph *graph, uint32_t n_threads);
+
+// Writes `bytes` bytes of `data` into input or parameter `t` (its whole size, in its type).
+//
+// # Safety
+// `data` holds `bytes` readable bytes.
+enum TnnStatus tnn_tensor_write(struct TnnGraph *graph,
+                                TnnTensor t,
+                                const uint8_t *data,
+                                size_t bytes);
+
+// Reads F32 tensor `t` (an output, a gradient or a parameter) into `out` (room for `cap`
+// floats); `*n` gets its element count.
+//
+// # Safety
+// `out` has room for `cap` floats; `n` writable or null.
+enum TnnStatus tnn_tensor_read(struct TnnGraph *graph,
+                               TnnTensor t,
+                               float *out,
+                               size_t cap,
+                               size_t *n);
+
+// The dims of tensor `t` (4 values, unused ones 1) and its ggml type.
+//
+// # Safety
+// `ne` has room for 4 values; `ggml_type_id` writable or null.
+enum TnnStatus tnn_tensor_shape(struct TnnGraph *graph,
+                                TnnTensor t,
+                                int64_t *ne,
+                                uint32_t *ggml_type_id);
+
+// Runs the graph once (a training graph: one step, the optimizer's counter advancing).
+enum TnnStatus tnn_graph_compute(struct TnnGraph *graph);
 
 // Opens the model at `path` (a GGUF file or a Hugging Face directory) into `*out`.
 //

@@ -19,6 +19,7 @@
 
 mod args;
 mod generate;
+mod graph;
 mod handles;
 mod model;
 mod sample;
@@ -28,6 +29,15 @@ mod train;
 
 pub use generate::{
     tnn_generate, tnn_generate_default_params, TnnFinish, TnnGenerateParams, TnnPieceCallback,
+};
+pub use graph::{
+    tnn_graph_backward, tnn_graph_compile, tnn_graph_compute, tnn_graph_free, tnn_graph_input,
+    tnn_graph_model_tensor, tnn_graph_new, tnn_graph_optimizer, tnn_graph_output, tnn_graph_param,
+    tnn_graph_set_optimizer, tnn_op_attention, tnn_op_binary, tnn_op_concat, tnn_op_cont,
+    tnn_op_cross_entropy, tnn_op_get_rows, tnn_op_layer_norm, tnn_op_mul_mat, tnn_op_permute,
+    tnn_op_reduce, tnn_op_reshape, tnn_op_rms_norm, tnn_op_rope, tnn_op_scale, tnn_op_softmax,
+    tnn_op_transpose, tnn_op_unary, tnn_op_view, tnn_tensor_read, tnn_tensor_shape,
+    tnn_tensor_write, TnnGraph, TnnTensor, TNN_NONE,
 };
 pub use model::{
     tnn_detokenize, tnn_model_architecture, tnn_model_free, tnn_model_info, tnn_model_open,

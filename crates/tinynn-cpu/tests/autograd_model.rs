@@ -136,9 +136,9 @@ fn gradients_that_cannot_flow_are_typed_errors() {
     // ... but the activations still get their gradient through it.
     assert!(g.backward(l, &[a]).is_ok());
     // Through an op without a rule.
-    let c = g.input("c", F32, &[3, 3]).unwrap();
-    let conv = g.ssm_conv(x, c).unwrap();
-    let l = g.sum(conv).unwrap();
+    let k = g.input("k", F32, &[2, 2, 1, 1]).unwrap();
+    let cols = g.im2col(k, x, [1, 1], [0, 0], [1, 1]).unwrap();
+    let l = g.sum(cols).unwrap();
     let e = g.backward(l, &[x]).unwrap_err();
     assert!(e.message.contains("not differentiable"), "{e}");
     // Integer outputs contribute nothing: rows picked by argmax still differentiate the table.

@@ -227,7 +227,7 @@ impl Model {
     }
 
     /// Where `data` (a weight's bytes from [`Model::source`]) lies: its region (file) and range.
-    pub(crate) fn locate(&self, data: &[u8]) -> Option<(usize, Range<usize>)> {
+    pub fn locate(&self, data: &[u8]) -> Option<(usize, Range<usize>)> {
         let (p, n) = (data.as_ptr() as usize, data.len());
         (0..)
             .map_while(|i| {
