@@ -5,21 +5,18 @@
 //! ids of their graph. A graph handle serves one call at a time.
 
 use std::ffi::c_char;
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 
-use tinynn::core::backend::{Backend, WeightRef, WeightStore};
 use tinynn::core::graph::Graph;
 use tinynn::core::ops::{Rope, RopeMode, Unary};
-use tinynn::core::plan::Plan;
 use tinynn::core::tensor::{TensorId, MAX_DIMS};
-use tinynn::cpu::{Executor, Memory};
 use tinynn::format::ggml_type::TypeId;
 use tinynn::format::GgmlType;
-use tinynn::ExecOptions;
+use tinynn::graph_program::{GraphProgram, OptimizerKind, OptimizerSettings, ProgramError};
 
 use crate::args::{copy_out, put, slice_arg, str_arg};
 use crate::handles::{free, get, register};
-use crate::model::{model_of, ModelObject, TnnModel};
+use crate::model::{model_of, TnnModel};
 use crate::status::{guard, Failure, Outcome, TnnStatus};
 
 /// A graph. One call at a time.
@@ -33,27 +30,8 @@ pub type TnnTensor = u32;
 /// "No tensor", for optional operands (a mask).
 pub const TNN_NONE: TnnTensor = u32::MAX;
 
-struct Compiled {
-    exec: Executor,
-    plan: Plan,
-    mem: Memory<'static>,
-}
-
-struct Optimizer {
-    /// 0: AdamW, 1: SGD.
-    kind: u32,
-    hp: TensorId,
-    /// lr, beta1, beta2, eps, weight decay, momentum.
-    values: [f32; 6],
-    steps: u64,
-}
-
 struct GraphState {
-    graph: Option<Graph>,
-    compiled: Option<Compiled>,
-    /// Model tensors to bind at compile time.
-    weights: Vec<(TensorId, Arc<ModelObject>, String)>,
-    optimizer: Option<Optimizer>,
+    program: GraphProgram,
 }
 
 type GraphObject = Mutex<GraphState>;
@@ -69,6 +47,14 @@ fn with_graph<T>(
 
 fn graph_err(e: tinynn::core::graph::GraphError) -> Failure {
     Failure::invalid(e.to_string())
+}
+
+fn program_err(e: ProgramError) -> Failure {
+    match e {
+        ProgramError::Model(m) => m.into(),
+        ProgramError::Backend(m) => Failure::new(TnnStatus::TNN_ERR_MODEL, m),
+        other => Failure::invalid(other.to_string()),
+    }
 }
 
 /// A graph error of `op` (for arguments refused before the builder sees them).
@@ -90,9 +76,7 @@ fn build(
             return Err(Failure::null("out"));
         }
         with_graph(handle, |st| {
-            let g = st.graph.as_mut().ok_or_else(|| {
-                Failure::invalid("the graph is compiled: no more tensors can be added")
-            })?;
+            let g = st.program.graph().map_err(program_err)?;
             let t = f(g).map_err(graph_err)?;
             put(out, t.0, "out")
         })
@@ -135,10 +119,7 @@ fn ggml_type(t: u32) -> Outcome<GgmlType> {
 pub unsafe extern "C" fn tnn_graph_new(out: *mut *mut TnnGraph) -> TnnStatus {
     guard(|| {
         let st: GraphObject = Mutex::new(GraphState {
-            graph: Some(Graph::new()),
-            compiled: None,
-            weights: Vec::new(),
-            optimizer: None,
+            program: GraphProgram::new(),
         });
         put(out, register(st), "out")
     })
@@ -219,23 +200,15 @@ pub unsafe extern "C" fn tnn_graph_model_tensor(
 ) -> TnnStatus {
     guard(|| {
         let m = model_of(model)?;
-        let name = str_arg(name, "name")?.to_string();
-        let w = m
-            .model
-            .source()
-            .get(&name)?
-            .ok_or_else(|| Failure::invalid(format!("the model has no tensor '{name}'")))?;
-        let ne: Vec<usize> = w.dims.iter().map(|&d| d as usize).collect();
-        let dtype = w.dtype;
+        let name = str_arg(name, "name")?;
         if out.is_null() {
             return Err(Failure::null("out"));
         }
         with_graph(graph, |st| {
-            let g = st.graph.as_mut().ok_or_else(|| {
-                Failure::invalid("the graph is compiled: no more tensors can be added")
-            })?;
-            let t = g.weight(&name, dtype, &ne).map_err(graph_err)?;
-            st.weights.push((t, m.clone(), name.clone()));
+            let t = st
+                .program
+                .model_tensor(&m.model, name)
+                .map_err(program_err)?;
             put(out, t.0, "out")
         })
     })
@@ -529,10 +502,7 @@ pub extern "C" fn tnn_op_cross_entropy(
 pub extern "C" fn tnn_graph_output(graph: *mut TnnGraph, t: TnnTensor) -> TnnStatus {
     guard(|| {
         with_graph(graph, |st| {
-            let g = st
-                .graph
-                .as_mut()
-                .ok_or_else(|| Failure::invalid("the graph is compiled"))?;
+            let g = st.program.graph().map_err(program_err)?;
             g.set_output(tid(t)).map_err(graph_err)
         })
     })
@@ -560,10 +530,7 @@ pub unsafe extern "C" fn tnn_graph_backward(
             return Err(Failure::null("grads"));
         }
         with_graph(graph, |st| {
-            let g = st
-                .graph
-                .as_mut()
-                .ok_or_else(|| Failure::invalid("the graph is compiled"))?;
+            let g = st.program.graph().map_err(program_err)?;
             let gs = g.backward(tid(loss), &params).map_err(graph_err)?;
             for (i, t) in gs.iter().enumerate() {
                 g.set_output(*t).map_err(graph_err)?;
@@ -598,44 +565,17 @@ pub unsafe extern "C" fn tnn_graph_optimizer(
                 "optimizer {kind} is not 0 (AdamW) or 1 (SGD)"
             )));
         }
+        let kind = if kind == 0 {
+            OptimizerKind::AdamW
+        } else {
+            OptimizerKind::Sgd
+        };
+        let params: Vec<TensorId> = params.iter().map(|&p| tid(p)).collect();
+        let grads: Vec<TensorId> = grads.iter().map(|&p| tid(p)).collect();
         with_graph(graph, |st| {
-            if st.optimizer.is_some() {
-                return Err(Failure::invalid("the graph has an optimizer step already"));
-            }
-            let g = st
-                .graph
-                .as_mut()
-                .ok_or_else(|| Failure::invalid("the graph is compiled"))?;
-            let n_hp = if kind == 0 { 7 } else { 3 };
-            let hp = g
-                .input("optimizer.hp", GgmlType::F32, &[n_hp])
-                .map_err(graph_err)?;
-            for (&p, &gr) in params.iter().zip(grads) {
-                let (p, gr) = (tid(p), tid(gr));
-                let name = g.node(p).name.clone();
-                let ne = g.layout(p).ne;
-                if kind == 0 {
-                    let m = g
-                        .persistent(&format!("adam_m.{name}"), GgmlType::F32, &ne)
-                        .map_err(graph_err)?;
-                    let v = g
-                        .persistent(&format!("adam_v.{name}"), GgmlType::F32, &ne)
-                        .map_err(graph_err)?;
-                    g.adamw_step(p, gr, m, v, hp).map_err(graph_err)?;
-                } else {
-                    let vel = g
-                        .persistent(&format!("sgd_vel.{name}"), GgmlType::F32, &ne)
-                        .map_err(graph_err)?;
-                    g.sgd_step(p, gr, vel, hp).map_err(graph_err)?;
-                }
-            }
-            st.optimizer = Some(Optimizer {
-                kind,
-                hp,
-                values: [1e-3, 0.9, 0.999, 1e-8, 0.0, 0.9],
-                steps: 0,
-            });
-            Ok(())
+            st.program
+                .optimizer(kind, &params, &grads)
+                .map_err(program_err)
         })
     })
 }
@@ -652,26 +592,16 @@ pub extern "C" fn tnn_graph_set_optimizer(
     momentum: f32,
 ) -> TnnStatus {
     guard(|| {
-        let v = [lr, beta1, beta2, eps, weight_decay, momentum];
-        let ok = v.iter().all(|x| x.is_finite())
-            && lr >= 0.0
-            && (0.0..1.0).contains(&beta1)
-            && (0.0..1.0).contains(&beta2)
-            && eps >= 0.0
-            && weight_decay >= 0.0
-            && (0.0..1.0).contains(&momentum);
-        if !ok {
-            return Err(Failure::invalid(format!(
-                "optimizer settings out of range: {v:?}"
-            )));
-        }
+        let settings = OptimizerSettings {
+            lr,
+            beta1,
+            beta2,
+            eps,
+            weight_decay,
+            momentum,
+        };
         with_graph(graph, |st| {
-            let o = st
-                .optimizer
-                .as_mut()
-                .ok_or_else(|| Failure::invalid("the graph has no optimizer step"))?;
-            o.values = v;
-            Ok(())
+            st.program.set_optimizer(settings).map_err(program_err)
         })
     })
 }
@@ -681,53 +611,10 @@ pub extern "C" fn tnn_graph_set_optimizer(
 #[no_mangle]
 pub extern "C" fn tnn_graph_compile(graph: *mut TnnGraph, n_threads: u32) -> TnnStatus {
     guard(|| {
-        if n_threads == 0 {
-            return Err(Failure::invalid("n_threads must be at least 1"));
-        }
         with_graph(graph, |st| {
-            let g = st
-                .graph
-                .take()
-                .ok_or_else(|| Failure::invalid("the graph is compiled already"))?;
-            let exec = Executor::cpu(ExecOptions {
-                threads: n_threads as usize,
-                ..ExecOptions::default()
-            });
-            let plan = exec.compile(g);
-            let mut mem = exec
-                .new_memory(&plan, &[])
-                .map_err(|e| Failure::new(TnnStatus::TNN_ERR_MODEL, e.to_string()))?;
-            for (t, m, name) in &st.weights {
-                let src = m.model.source();
-                let w = src
-                    .get(name)?
-                    .ok_or_else(|| Failure::invalid(format!("the model has no tensor '{name}'")))?;
-                let (region, range) = m.model.locate(w.data).ok_or_else(|| {
-                    Failure::invalid(format!("'{name}' lies outside the model's files"))
-                })?;
-                let store: Arc<dyn WeightStore> = m.model.clone();
-                exec.bind_weight(
-                    &mut mem,
-                    &plan,
-                    *t,
-                    WeightRef {
-                        store,
-                        region,
-                        range,
-                    },
-                )
-                .map_err(|e| Failure::new(TnnStatus::TNN_ERR_MODEL, e.to_string()))?;
-            }
-            st.compiled = Some(Compiled { exec, plan, mem });
-            Ok(())
+            st.program.compile(n_threads as usize).map_err(program_err)
         })
     })
-}
-
-fn compiled(st: &mut GraphState) -> Outcome<&mut Compiled> {
-    st.compiled
-        .as_mut()
-        .ok_or_else(|| Failure::invalid("the graph is not compiled yet (tnn_graph_compile)"))
 }
 
 /// Writes `bytes` bytes of `data` into input or parameter `t` (its whole size, in its type).
@@ -744,17 +631,7 @@ pub unsafe extern "C" fn tnn_tensor_write(
     guard(|| {
         let data = slice_arg(data, bytes, "data")?;
         with_graph(graph, |st| {
-            let c = compiled(st)?;
-            let want = c.exec.persistent_len(&c.mem, &c.plan, tid(t));
-            if want != data.len() {
-                return Err(Failure::invalid(format!(
-                    "tensor {t} takes {want} bytes (an input or parameter), not {}",
-                    data.len()
-                )));
-            }
-            c.exec
-                .write(&mut c.mem, &c.plan, tid(t), 0, data)
-                .map_err(|e| Failure::invalid(e.to_string()))
+            st.program.write(tid(t), data).map_err(program_err)
         })
     })
 }
@@ -774,10 +651,7 @@ pub unsafe extern "C" fn tnn_tensor_read(
 ) -> TnnStatus {
     guard(|| {
         with_graph(graph, |st| {
-            let c = compiled(st)?;
-            let mut v = Vec::new();
-            Backend::read_f32(&c.exec, &c.plan, &c.mem, tid(t), &mut v)
-                .map_err(|e| Failure::invalid(e.to_string()))?;
+            let v = st.program.read_f32(tid(t)).map_err(program_err)?;
             copy_out(&v, out, cap, n, "out")
         })
     })
@@ -796,12 +670,7 @@ pub unsafe extern "C" fn tnn_tensor_shape(
 ) -> TnnStatus {
     guard(|| {
         with_graph(graph, |st| {
-            let layout = match (&st.graph, &st.compiled) {
-                (Some(g), _) => g.nodes().get(t as usize).map(|n| n.layout),
-                (None, Some(c)) => c.plan.graph().nodes().get(t as usize).map(|n| n.layout),
-                (None, None) => None,
-            }
-            .ok_or_else(|| Failure::invalid(format!("tensor {t} does not exist")))?;
+            let layout = st.program.layout(tid(t)).map_err(program_err)?;
             if ne.is_null() {
                 return Err(Failure::null("ne"));
             }
@@ -820,34 +689,5 @@ pub unsafe extern "C" fn tnn_tensor_shape(
 /// Runs the graph once (a training graph: one step, the optimizer's counter advancing).
 #[no_mangle]
 pub extern "C" fn tnn_graph_compute(graph: *mut TnnGraph) -> TnnStatus {
-    guard(|| {
-        with_graph(graph, |st| {
-            let hp = match &mut st.optimizer {
-                None => None,
-                Some(o) => {
-                    o.steps += 1;
-                    let [lr, b1, b2, eps, wd, mom] = o.values;
-                    let t = o.steps.min(i32::MAX as u64) as i32;
-                    let v: Vec<f32> = if o.kind == 0 {
-                        let c1 = 1.0 / (1.0 - f64::from(b1).powi(t));
-                        let c2 = 1.0 / (1.0 - f64::from(b2).powi(t));
-                        vec![lr, b1, b2, eps, wd, c1 as f32, c2 as f32]
-                    } else {
-                        vec![lr, mom, wd]
-                    };
-                    Some((o.hp, v))
-                }
-            };
-            let c = compiled(st)?;
-            if let Some((t, v)) = hp {
-                let bytes: Vec<u8> = v.iter().flat_map(|x| x.to_le_bytes()).collect();
-                c.exec
-                    .write(&mut c.mem, &c.plan, t, 0, &bytes)
-                    .map_err(|e| Failure::invalid(e.to_string()))?;
-            }
-            c.exec
-                .run(&c.plan, &mut c.mem)
-                .map_err(|e| Failure::new(TnnStatus::TNN_ERR_MODEL, e.to_string()))
-        })
-    })
+    guard(|| with_graph(graph, |st| st.program.run().map_err(program_err)))
 }

@@ -62,6 +62,7 @@ pub use tinynn_models as models;
 /// Training: trainer, optimizers, data, checkpoints, the training loop.
 pub use tinynn_train as train;
 
+pub mod graph_program;
 pub mod pull;
 
 /// The default model's path (SmolLM2-135M-Instruct Q4_1) in the model cache (`$TINYNN_CACHE`,
