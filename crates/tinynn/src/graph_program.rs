@@ -215,6 +215,14 @@ impl GraphProgram {
         Ok(())
     }
 
+    /// The optimizer's current settings.
+    pub fn optimizer_settings(&self) -> Result<OptimizerSettings> {
+        self.step
+            .as_ref()
+            .map(|s| s.settings)
+            .ok_or_else(|| ProgramError::Invalid("the graph has no optimizer step".into()))
+    }
+
     /// Compiles the graph into one plan and memory on `threads` threads and binds the model
     /// tensors; parameters start at zero.
     pub fn compile(&mut self, threads: usize) -> Result<()> {

@@ -37,6 +37,17 @@ pub struct Mamba;
 
 pub static MAMBA: Mamba = Mamba;
 
+/// `t` as F32 (half-precision checkpoints keep the convolution, A and D in F16 or BF16; the
+/// SSM ops read F32): `t` itself when it is F32, else a converted copy.
+fn f32_of(g: &mut Graph, t: TensorId) -> Result<TensorId> {
+    if g.layout(t).dtype == tinynn_format::GgmlType::F32 {
+        return Ok(t);
+    }
+    let ne = g.layout(t).ne;
+    let dst = g.fill(&ne, 0.0)?;
+    Ok(g.cpy(t, dst)?)
+}
+
 /// The block sizes of a model the registry says is Mamba.
 fn ssm_of(hp: &Hparams) -> Result<SsmHparams> {
     hp.ssm
@@ -87,10 +98,14 @@ impl Decoder for Mamba {
         let ut = g.permute(ut, [1, 0, 2, 3])?;
         let ut = g.cont(ut)?; // [nt, di, ns]
         let sx = g.concat(st.conv, ut, 0)?; // [dc − 1 + nt, di, ns]
+        let conv_w = f32_of(g, conv_w)?;
         let conv_w = g.reshape(conv_w, &[dc, di])?;
         let uc = g.ssm_conv(sx, conv_w)?; // [di, nt, ns]
         let uc = match conv_b {
-            Some(b) => g.add(uc, b)?,
+            Some(b) => {
+                let b = f32_of(g, b)?;
+                g.add(uc, b)?
+            }
             None => uc,
         };
         let uc = g.silu(uc)?;
@@ -105,6 +120,7 @@ impl Decoder for Mamba {
         let b = rows_of(g, dbc, dtr, ds, n)?; // [ds, n]
         let c = rows_of(g, dbc, dtr + ds, ds, n)?; // [ds, n]
         let dt = w_dt.forward(g, dt)?; // [di, n]
+        let a = f32_of(g, a)?;
         let a = if hp.hf_layout {
             // transformers keeps A_log: A = −exp(A_log).
             let ea = g.unary(Unary::Exp, a)?;
@@ -121,6 +137,7 @@ impl Decoder for Mamba {
         let ssm_next = g.cont(ssm_next)?; // [ds, di, ns]
         at.store_state(g, l, conv_next, ssm_next)?;
 
+        let d = f32_of(g, d)?;
         let skip = g.mul(uc, d)?; // [di, n]
         let y = g.add(y, skip)?;
         let gate = g.silu(z)?;
