@@ -19,5 +19,7 @@ cargo build --release --quiet --bin tnn
 # workspace's compiled crates.
 PATH="$venv/bin:$PATH" CARGO_TARGET_DIR="$target" "$venv/bin/pip" install --quiet --disable-pip-version-check \
     --no-build-isolation --force-reinstall --no-deps ./python
-cd python
-TINYNN_TNN="$target/release/tnn" timeout 900 "$venv/bin/pytest" -q tests
+# From outside python/, whose tinynn/ source folder would shadow the installed package.
+tests="$(pwd)/python/tests"
+cd "$target"
+TINYNN_TNN="$target/release/tnn" timeout 900 "$venv/bin/pytest" -q -p no:cacheprovider "$tests"

@@ -45,3 +45,6 @@ scripts/test-openai-client.sh
 
 echo "== the C ABI from C (shared and static), under valgrind, and from Ruby"
 scripts/test-capi.sh
+
+echo "== the Python package: pip install ./python, then pytest"
+scripts/test-python.sh

@@ -38,7 +38,7 @@ impl Graph {
 }
 
 fn ggml_dims(dims: &[usize]) -> PyResult<Vec<usize>> {
-    if dims.is_empty() || dims.len() > 4 || dims.iter().any(|&d| d == 0) {
+    if dims.is_empty() || dims.len() > 4 || dims.contains(&0) {
         return Err(PyValueError::new_err(format!(
             "shape {dims:?}: 1 to 4 dimensions, each at least 1"
         )));

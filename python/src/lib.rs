@@ -1,7 +1,7 @@
 //! The `tinynn` Python package's native module (`tinynn._tinynn`), on PyO3 (abi3, Python ≥
-//! 3.9): [`model`] (models, streaming generation and chat, tokens, embeddings, logits,
-//! perplexity), [`train`] (a step-by-step `Trainer` and `finetune` with a progress callback),
-//! [`graph`] (the graph API with numpy in and out). Engine errors are `tinynn.TinynnError`
+//! 3.9): `model` (models, streaming generation and chat, tokens, embeddings, logits,
+//! perplexity), `train` (a step-by-step `Trainer` and `finetune` with a progress callback),
+//! `graph` (the graph API with numpy in and out). Engine errors are `tinynn.TinynnError`
 //! with the engine's message; long computations release the GIL.
 
 use pyo3::prelude::*;
