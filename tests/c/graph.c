@@ -147,6 +147,46 @@ static void forward_ops(void) {
     OK(tnn_graph_free(g));
 }
 
+/* A quantized input from host bytes: a Q8_0 matrix (2 rows of one 32-value block: an f16
+ * scale, then 32 int8) times an f32 vector equals the dot products computed here. */
+static void quantized_input(void) {
+    TnnGraph *g = NULL;
+    OK(tnn_graph_new(&g));
+    int64_t w_ne[2] = {32, 2}, x_ne[1] = {32};
+    TnnTensor w, x, y;
+    OK(tnn_graph_input(g, "w", 8 /* Q8_0 */, w_ne, 2, &w));
+    OK(tnn_graph_input(g, "x", F32, x_ne, 1, &x));
+    OK(tnn_op_mul_mat(g, w, x, &y));
+    OK(tnn_graph_output(g, y));
+    EXPECT(tnn_graph_input(g, "bad", 4242, x_ne, 1, &y) == TNN_ERR_INVALID, "unknown type");
+    OK(tnn_graph_compile(g, 1));
+    uint8_t blocks[2][34];
+    float xv[32], want[2] = {0, 0};
+    for (int r = 0; r < 2; r++) {
+        blocks[r][0] = 0x00;
+        blocks[r][1] = r == 0 ? 0x3C : 0x38; /* f16 1.0 and 0.5 */
+        for (int i = 0; i < 32; i++) {
+            int8_t q = (int8_t)((i * (r + 3)) % 17 - 8);
+            blocks[r][2 + i] = (uint8_t)q;
+        }
+    }
+    for (int i = 0; i < 32; i++) {
+        xv[i] = (float)(i % 5) - 2.0f;
+        for (int r = 0; r < 2; r++) want[r] += (r == 0 ? 1.0f : 0.5f) * (float)(int8_t)blocks[r][2 + i] * xv[i];
+    }
+    OK(tnn_tensor_write(g, w, &blocks[0][0], sizeof blocks));
+    OK(tnn_tensor_write(g, x, (const uint8_t *)xv, sizeof xv));
+    OK(tnn_graph_compute(g));
+    float got[2];
+    size_t n = 0;
+    OK(tnn_tensor_read(g, y, got, 2, &n));
+    /* The product rounds x to Q8 as ggml does: close, not exact. */
+    EXPECT(n == 2 && fabsf(got[0] - want[0]) < 0.05f * (fabsf(want[0]) + 1) &&
+               fabsf(got[1] - want[1]) < 0.05f * (fabsf(want[1]) + 1),
+           "Q8_0 product %g %g vs %g %g", got[0], got[1], want[0], want[1]);
+    OK(tnn_graph_free(g));
+}
+
 static void model_rows(const char *path) {
     TnnModel *m = NULL;
     OK(tnn_model_open(path, &m));
@@ -178,6 +218,7 @@ static void model_rows(const char *path) {
 int main(int argc, char **argv) {
     mlp();
     forward_ops();
+    quantized_input();
     if (argc > 1) model_rows(argv[1]);
     printf("%d passed, %d failed\n", passed, failed);
     return failed == 0 ? 0 : 1;
