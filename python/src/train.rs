@@ -12,6 +12,7 @@ use pyo3::types::PyDict;
 use tinynn::format::GgmlType;
 use tinynn::train::data::{BatchConfig, Batcher, EvalSplit, PackedText};
 use tinynn::train::metrics::StepMetrics;
+use tinynn::train::schedule::Schedule;
 use tinynn::train::train_loop::{restore_trainer, save_trainer, Output, RunState};
 use tinynn::train::Optimizer;
 use tinynn::{fit, LoopConfig, LoopObserver, LoraConfig, Targets, TrainConfig};
@@ -27,7 +28,7 @@ pub struct Trainer {
 
 struct Inner {
     trainer: tinynn::Trainer,
-    lr: f32,
+    schedule: Schedule,
     config_json: String,
 }
 
@@ -110,9 +111,10 @@ fn shifted(ids: &[i32], seq: usize) -> Vec<i32> {
 impl Trainer {
     /// A trainer over `model` (a `tinynn.Model`). `lora`: train an adapter of `rank` /
     /// `alpha` on `targets` (default "q,v"; Mamba "in,out"), else every weight. Each step
-    /// takes `accum · batch · seq` token ids.
+    /// takes `accum · batch · seq` token ids. `schedule`: "constant", "cosine" or "linear"
+    /// (after `warmup` steps, down to `min_lr` at `total_steps`).
     #[new]
-    #[pyo3(signature = (model, lora=true, rank=8, alpha=16.0, dropout=0.0, targets=None, seq=256, batch=4, accum=1, lr=1e-4, optimizer="adamw", weight_decay=0.01, clip=None, threads=2, seed=0))]
+    #[pyo3(signature = (model, lora=true, rank=8, alpha=16.0, dropout=0.0, targets=None, seq=256, batch=4, accum=1, lr=1e-4, optimizer="adamw", weight_decay=0.01, clip=None, threads=2, seed=0, schedule="constant", warmup=0, total_steps=0, min_lr=0.0))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -131,10 +133,34 @@ impl Trainer {
         clip: Option<f32>,
         threads: usize,
         seed: u64,
+        schedule: &str,
+        warmup: u64,
+        total_steps: u64,
+        min_lr: f32,
     ) -> PyResult<Trainer> {
-        if !lr.is_finite() || lr < 0.0 {
-            return Err(PyValueError::new_err(format!("learning rate {lr}")));
-        }
+        let schedule = match schedule {
+            "constant" => Schedule::Constant { lr },
+            "cosine" => Schedule::WarmupCosine {
+                lr,
+                min_lr,
+                warmup_steps: warmup,
+                total_steps,
+            },
+            "linear" => Schedule::WarmupLinear {
+                lr,
+                min_lr,
+                warmup_steps: warmup,
+                total_steps,
+            },
+            s => {
+                return Err(PyValueError::new_err(format!(
+                    "schedule '{s}' is not 'constant', 'cosine' or 'linear'"
+                )))
+            }
+        };
+        schedule
+            .validate()
+            .map_err(|e| PyValueError::new_err(e.to_string()))?;
         let m = model.model.clone();
         let cfg = train_config(
             &m,
@@ -163,7 +189,7 @@ impl Trainer {
         Ok(Trainer {
             inner: Mutex::new(Inner {
                 trainer,
-                lr,
+                schedule,
                 config_json,
             }),
         })
@@ -185,7 +211,7 @@ impl Trainer {
                 ));
             }
             let labels = labels.unwrap_or_else(|| shifted(&ids, cfg.seq));
-            let lr = st.lr;
+            let lr = st.schedule.lr(st.trainer.steps_taken());
             st.trainer
                 .step(&ids, &labels, lr)
                 .map(|r| r.loss)
@@ -215,10 +241,12 @@ impl Trainer {
         .map_err(err)
     }
 
-    /// The learning rate of the next steps.
+    /// The learning rate of the next step (its schedule's); setting it makes the rate
+    /// constant from then on.
     #[getter]
     fn get_lr(&self) -> f32 {
-        lock(&self.inner).lr
+        let st = lock(&self.inner);
+        st.schedule.lr(st.trainer.steps_taken())
     }
 
     #[setter]
@@ -226,7 +254,7 @@ impl Trainer {
         if !lr.is_finite() || lr < 0.0 {
             return Err(PyValueError::new_err(format!("learning rate {lr}")));
         }
-        lock(&self.inner).lr = lr;
+        lock(&self.inner).schedule = Schedule::Constant { lr };
         Ok(())
     }
 
@@ -241,7 +269,7 @@ impl Trainer {
         py.allow_threads(|| {
             let st = lock(&self.inner);
             let run = RunState {
-                schedule: Some(tinynn::train::schedule::Schedule::Constant { lr: st.lr }),
+                schedule: Some(st.schedule),
                 data: None,
                 config_json: st.config_json.clone(),
             };
@@ -267,8 +295,8 @@ impl Trainer {
             }
             drop(ck);
             let ck = restore_trainer(&mut st.trainer, &directory).map_err(|e| e.to_string())?;
-            if let Some(tinynn::train::schedule::Schedule::Constant { lr }) = ck.meta.schedule {
-                st.lr = lr;
+            if let Some(schedule) = ck.meta.schedule {
+                st.schedule = schedule;
             }
             Ok(())
         })

@@ -43,6 +43,25 @@ def test_lora_steps_resume_and_export(model, tmp_path):
         tinynn.Trainer(model, optimizer="adam9")
 
 
+def test_schedules(model):
+    ids = windows(model, 4)
+    t = tinynn.Trainer(model, rank=2, seq=SEQ, batch=1, lr=1e-2, schedule="cosine", warmup=2,
+                       total_steps=4, min_lr=1e-3)
+    rates = []
+    for b in ids:
+        rates.append(t.lr)
+        t.step(b)
+    rates.append(t.lr)
+    assert rates[0] == pytest.approx(5e-3) and rates[2] == pytest.approx(1e-2)
+    assert rates[1] == pytest.approx(1e-2) and rates[4] == pytest.approx(1e-3) and rates[3] < rates[2]
+    t.lr = 2e-3
+    assert t.lr == pytest.approx(2e-3)
+    with pytest.raises(ValueError):
+        tinynn.Trainer(model, schedule="cosine", warmup=9, total_steps=4)
+    with pytest.raises(ValueError):
+        tinynn.Trainer(model, schedule="exponential")
+
+
 def test_finetune_with_progress(model, tmp_path):
     seen = []
     text = tmp_path / "data.txt"

@@ -91,6 +91,10 @@ class Trainer:
         clip: Optional[float] = None,
         threads: int = 2,
         seed: int = 0,
+        schedule: str = "constant",
+        warmup: int = 0,
+        total_steps: int = 0,
+        min_lr: float = 0.0,
     ) -> None: ...
     def step(self, ids: Sequence[int], labels: Optional[Sequence[int]] = None) -> float: ...
     def eval_loss(self, ids: Sequence[int], labels: Optional[Sequence[int]] = None) -> float: ...

@@ -84,6 +84,31 @@ int main(int argc, char **argv) {
     bad.optimizer = 9;
     EXPECT(tnn_trainer_new(model, &bad, &t) == TNN_ERR_INVALID, "optimizer 9");
 
+    /* A warmup + cosine schedule: half the rate at step 0, the peak after the warmup, the
+     * floor at the end; set_lr replaces it by a constant rate. */
+    TnnTrainParams sched = tp;
+    sched.schedule = 1;
+    sched.lr = 1e-2f;
+    sched.min_lr = 1e-3f;
+    sched.warmup_steps = 2;
+    sched.total_steps = 4;
+    OK(tnn_trainer_new(model, &sched, &t));
+    float r0 = 0, r2 = 0, r4 = 0, rc = 0;
+    OK(tnn_trainer_get_lr(t, &r0));
+    float unused[4];
+    run_steps(t, ids, n_ids, 1, 2, unused);
+    OK(tnn_trainer_get_lr(t, &r2));
+    run_steps(t, ids, n_ids, 3, 4, unused);
+    OK(tnn_trainer_get_lr(t, &r4));
+    OK(tnn_trainer_set_lr(t, 2e-3f));
+    OK(tnn_trainer_get_lr(t, &rc));
+    EXPECT(fabsf(r0 - 5e-3f) < 1e-7f && fabsf(r2 - 1e-2f) < 1e-7f && fabsf(r4 - 1e-3f) < 1e-7f && rc == 2e-3f,
+           "schedule %g %g %g, then %g", r0, r2, r4, rc);
+    OK(tnn_trainer_free(t));
+    bad = sched;
+    bad.warmup_steps = 9;
+    EXPECT(tnn_trainer_new(model, &bad, &t) == TNN_ERR_INVALID, "warmup past the end");
+
     /* Eight steps; a checkpoint after the fourth. */
     OK(tnn_trainer_new(model, &tp, &t));
     float lr = 0;

@@ -187,8 +187,18 @@ typedef struct TnnTrainParams {
   float weight_decay;
   // Clip the gradient to this global L2 norm (0: no clipping).
   float clip;
-  // The learning rate of `tnn_trainer_step` (`tnn_trainer_set_lr` changes it).
+  // The (peak) learning rate.
   float lr;
+  // The learning-rate schedule: 0 constant, 1 linear warmup then cosine decay to `min_lr`
+  // at `total_steps`, 2 linear warmup then linear decay (`tnn_trainer_set_lr` replaces it
+  // by a constant rate).
+  uint32_t schedule;
+  // Warmup steps (schedules 1 and 2).
+  uint64_t warmup_steps;
+  // The step the decay ends at (schedules 1 and 2).
+  uint64_t total_steps;
+  // The rate the decay ends at.
+  float min_lr;
   // Seeds the adapter's initial values and the dropout masks.
   uint64_t seed;
 } TnnTrainParams;
@@ -686,13 +696,13 @@ enum TnnStatus tnn_trainer_eval_loss(struct TnnTrainer *trainer,
                                      size_t n,
                                      float *loss);
 
-// The learning rate the next steps use.
+// The learning rate the next step uses (its schedule's at the current step).
 //
 // # Safety
 // `lr` is writable.
 enum TnnStatus tnn_trainer_get_lr(struct TnnTrainer *trainer, float *lr);
 
-// Sets the learning rate of the next steps (a schedule is the caller's loop).
+// Sets a constant learning rate for the next steps (replacing the schedule).
 enum TnnStatus tnn_trainer_set_lr(struct TnnTrainer *trainer, float lr);
 
 // Optimizer steps taken (a resumed trainer counts the checkpoint's).
@@ -702,7 +712,7 @@ enum TnnStatus tnn_trainer_set_lr(struct TnnTrainer *trainer, float lr);
 enum TnnStatus tnn_trainer_steps(struct TnnTrainer *trainer, uint64_t *steps);
 
 // Writes a checkpoint (the trained weights or adapter, optimizer moments, step, dropout RNG,
-// the learning rate) as `dir/checkpoint-<step>.gguf` (the directory is made if needed; older
+// the learning-rate schedule) as `dir/checkpoint-<step>.gguf` (the directory is made if needed; older
 // checkpoints are kept); its path goes into `path` (room for `cap` bytes; may be null with
 // `cap` 0).
 //
@@ -714,8 +724,8 @@ enum TnnStatus tnn_trainer_save(struct TnnTrainer *trainer,
                                 size_t cap);
 
 // Restores the trainer from the latest checkpoint in `dir` (made by `tnn_trainer_save` with
-// the same settings): weights or adapter, optimizer moments, step, dropout RNG and learning
-// rate, so the next steps are those an uninterrupted run takes, bit for bit.
+// the same settings): weights or adapter, optimizer moments, step, dropout RNG and learning-rate
+// schedule, so the next steps are those an uninterrupted run takes, bit for bit.
 //
 // # Safety
 // `dir` is NUL-terminated.

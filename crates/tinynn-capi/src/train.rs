@@ -8,6 +8,7 @@ use std::path::Path;
 use std::sync::Mutex;
 
 use tinynn::format::GgmlType;
+use tinynn::train::schedule::Schedule;
 use tinynn::train::train_loop::{restore_trainer, save_trainer, RunState};
 use tinynn::{LoraConfig, Targets, TrainConfig, Trainer};
 
@@ -57,8 +58,18 @@ pub struct TnnTrainParams {
     pub weight_decay: f32,
     /// Clip the gradient to this global L2 norm (0: no clipping).
     pub clip: f32,
-    /// The learning rate of `tnn_trainer_step` (`tnn_trainer_set_lr` changes it).
+    /// The (peak) learning rate.
     pub lr: f32,
+    /// The learning-rate schedule: 0 constant, 1 linear warmup then cosine decay to `min_lr`
+    /// at `total_steps`, 2 linear warmup then linear decay (`tnn_trainer_set_lr` replaces it
+    /// by a constant rate).
+    pub schedule: u32,
+    /// Warmup steps (schedules 1 and 2).
+    pub warmup_steps: u64,
+    /// The step the decay ends at (schedules 1 and 2).
+    pub total_steps: u64,
+    /// The rate the decay ends at.
+    pub min_lr: f32,
     /// Seeds the adapter's initial values and the dropout masks.
     pub seed: u64,
 }
@@ -85,13 +96,43 @@ pub extern "C" fn tnn_train_default_params() -> TnnTrainParams {
         weight_decay: 0.01,
         clip: 0.0,
         lr: 1e-4,
+        schedule: 0,
+        warmup_steps: 0,
+        total_steps: 0,
+        min_lr: 0.0,
         seed: 0,
     }
 }
 
+/// The schedule of `p`, checked.
+fn schedule_of(p: &TnnTrainParams) -> Outcome<Schedule> {
+    let s = match p.schedule {
+        0 => Schedule::Constant { lr: p.lr },
+        1 => Schedule::WarmupCosine {
+            lr: p.lr,
+            min_lr: p.min_lr,
+            warmup_steps: p.warmup_steps,
+            total_steps: p.total_steps,
+        },
+        2 => Schedule::WarmupLinear {
+            lr: p.lr,
+            min_lr: p.min_lr,
+            warmup_steps: p.warmup_steps,
+            total_steps: p.total_steps,
+        },
+        k => {
+            return Err(Failure::invalid(format!(
+                "schedule {k} is not 0 (constant), 1 (cosine) or 2 (linear)"
+            )))
+        }
+    };
+    s.validate().map_err(|e| Failure::invalid(e.to_string()))?;
+    Ok(s)
+}
+
 struct TrainerState {
     trainer: Trainer,
-    lr: f32,
+    schedule: Schedule,
     /// The settings a resume must match (their JSON).
     config_json: String,
 }
@@ -189,14 +230,23 @@ pub unsafe extern "C" fn tnn_trainer_new(
             str_arg(p.lora_targets, "lora_targets")?
         };
         let cfg = train_config(&p, targets)?;
+        let schedule = schedule_of(&p)?;
         let trainer = Trainer::new(m.model.source(), cfg)?;
         let config_json = format!(
             "{{\"c_api\":true,\"lora\":{},\"rank\":{},\"alpha\":{},\"targets\":\"{}\",\"seq\":{},\"batch\":{},\"accum\":{},\"optimizer\":{},\"seed\":{}}}",
-            p.lora, p.lora_rank, p.lora_alpha, targets.replace(['"', '\\'], ""), p.seq, p.batch, p.accum, p.optimizer, p.seed
+            p.lora,
+            p.lora_rank,
+            p.lora_alpha,
+            targets.replace(['"', '\\'], ""),
+            p.seq,
+            p.batch,
+            p.accum,
+            p.optimizer,
+            p.seed
         );
         let state: TrainerObject = Mutex::new(TrainerState {
             trainer,
-            lr: p.lr,
+            schedule,
             config_json,
         });
         put(out, register(state), "out")
@@ -253,7 +303,8 @@ pub unsafe extern "C" fn tnn_trainer_step(
             } else {
                 slice_arg(labels, n, "labels")?.to_vec()
             };
-            let r = st.trainer.step(ids, &labels, st.lr)?;
+            let lr = st.schedule.lr(st.trainer.steps_taken());
+            let r = st.trainer.step(ids, &labels, lr)?;
             if !loss.is_null() {
                 put(loss, r.loss, "loss")?;
             }
@@ -299,16 +350,21 @@ pub unsafe extern "C" fn tnn_trainer_eval_loss(
     })
 }
 
-/// The learning rate the next steps use.
+/// The learning rate the next step uses (its schedule's at the current step).
 ///
 /// # Safety
 /// `lr` is writable.
 #[no_mangle]
 pub unsafe extern "C" fn tnn_trainer_get_lr(trainer: *mut TnnTrainer, lr: *mut f32) -> TnnStatus {
-    guard(|| with_trainer(trainer, |st| put(lr, st.lr, "lr")))
+    guard(|| {
+        with_trainer(trainer, |st| {
+            let value = st.schedule.lr(st.trainer.steps_taken());
+            put(lr, value, "lr")
+        })
+    })
 }
 
-/// Sets the learning rate of the next steps (a schedule is the caller's loop).
+/// Sets a constant learning rate for the next steps (replacing the schedule).
 #[no_mangle]
 pub extern "C" fn tnn_trainer_set_lr(trainer: *mut TnnTrainer, lr: f32) -> TnnStatus {
     guard(|| {
@@ -316,7 +372,7 @@ pub extern "C" fn tnn_trainer_set_lr(trainer: *mut TnnTrainer, lr: f32) -> TnnSt
             return Err(Failure::invalid(format!("learning rate {lr}")));
         }
         with_trainer(trainer, |st| {
-            st.lr = lr;
+            st.schedule = Schedule::Constant { lr };
             Ok(())
         })
     })
@@ -332,7 +388,7 @@ pub unsafe extern "C" fn tnn_trainer_steps(trainer: *mut TnnTrainer, steps: *mut
 }
 
 /// Writes a checkpoint (the trained weights or adapter, optimizer moments, step, dropout RNG,
-/// the learning rate) as `dir/checkpoint-<step>.gguf` (the directory is made if needed; older
+/// the learning-rate schedule) as `dir/checkpoint-<step>.gguf` (the directory is made if needed; older
 /// checkpoints are kept); its path goes into `path` (room for `cap` bytes; may be null with
 /// `cap` 0).
 ///
@@ -349,7 +405,7 @@ pub unsafe extern "C" fn tnn_trainer_save(
         let dir = str_arg(dir, "dir")?;
         with_trainer(trainer, |st| {
             let run = RunState {
-                schedule: Some(tinynn::train::schedule::Schedule::Constant { lr: st.lr }),
+                schedule: Some(st.schedule),
                 data: None,
                 config_json: st.config_json.clone(),
             };
@@ -368,8 +424,8 @@ pub unsafe extern "C" fn tnn_trainer_save(
 }
 
 /// Restores the trainer from the latest checkpoint in `dir` (made by `tnn_trainer_save` with
-/// the same settings): weights or adapter, optimizer moments, step, dropout RNG and learning
-/// rate, so the next steps are those an uninterrupted run takes, bit for bit.
+/// the same settings): weights or adapter, optimizer moments, step, dropout RNG and learning-rate
+/// schedule, so the next steps are those an uninterrupted run takes, bit for bit.
 ///
 /// # Safety
 /// `dir` is NUL-terminated.
@@ -396,8 +452,8 @@ pub unsafe extern "C" fn tnn_trainer_resume(
             }
             drop(ck);
             let ck = restore_trainer(&mut st.trainer, Path::new(dir))?;
-            if let Some(tinynn::train::schedule::Schedule::Constant { lr }) = ck.meta.schedule {
-                st.lr = lr;
+            if let Some(schedule) = ck.meta.schedule {
+                st.schedule = schedule;
             }
             Ok(())
         })
