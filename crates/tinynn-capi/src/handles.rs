@@ -1,11 +1,13 @@
 //! Handles: what the C side holds is an opaque pointer that this library never dereferences.
-//! Each live handle is an entry of a registry (address → `Arc` of the object), so a null, freed,
-//! foreign or wrong-kind pointer is an error (`TNN_ERR_NULL` / `TNN_ERR_HANDLE`), not a crash,
-//! and freeing a handle while another thread is inside a call on it only drops the object
-//! when that call ends.
+//! Each live handle is an entry of a registry (id → `Arc` of the object); ids are never
+//! reused, so a null, freed (even after its memory went to a new object), foreign or
+//! wrong-kind pointer is an error (`TNN_ERR_NULL` / `TNN_ERR_HANDLE`), not a crash, and freeing
+//! a handle while another thread is inside a call on it only drops the object when that call
+//! ends.
 
 use std::any::Any;
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use crate::status::{Failure, Outcome, TnnStatus};
@@ -23,11 +25,14 @@ fn lock() -> std::sync::MutexGuard<'static, HashMap<usize, Object>> {
     registry().lock().unwrap_or_else(|p| p.into_inner())
 }
 
-/// Registers `object` and returns its handle (the object's address, never reused while it
-/// lives).
+/// The next handle id: a counter that never repeats (in steps of 16, so handles look like
+/// aligned pointers to debuggers; 2^60 of them before it would wrap).
+static NEXT_ID: AtomicUsize = AtomicUsize::new(0x7a00_0000);
+
+/// Registers `object` and returns its handle (an id never used before).
 pub(crate) fn register<T: Any + Send + Sync, H>(object: T) -> *mut H {
     let arc: Arc<T> = Arc::new(object);
-    let id = Arc::as_ptr(&arc) as *const u8 as usize;
+    let id = NEXT_ID.fetch_add(16, Ordering::Relaxed);
     lock().insert(id, arc);
     id as *mut H
 }
