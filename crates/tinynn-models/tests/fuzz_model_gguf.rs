@@ -1,7 +1,7 @@
 //! Replays the `model_gguf` fuzz target's corpus (fuzz/corpus/model_gguf: its seeds and what
 //! `cargo fuzz` kept) through the same generator and steps (`fuzz/fuzz_targets/model_gguf_body.rs`):
 //! well-formed GGUF models with hostile hyperparameters open and decode, or fail with an
-//! error — never a panic — and the seeds (two per architecture of the registry) make models
+//! error — never a panic — and the seeds (three per architecture of the registry) make models
 //! that open and decode.
 
 #[path = "../../../fuzz/fuzz_targets/model_gguf_body.rs"]
