@@ -216,6 +216,24 @@ impl Drop for Generation {
     }
 }
 
+/// A fresh session of `n_ctx` tokens that keeps every token's logits (`logits`, `perplexity`).
+fn scoring_session(
+    model: Arc<tinynn::Model>,
+    n_ctx: usize,
+    threads: usize,
+) -> tinynn::Result<Session> {
+    let opts = SessionOptions {
+        n_ctx,
+        all_logits: true,
+        exec: ExecOptions {
+            threads,
+            ..ExecOptions::default()
+        },
+        ..SessionOptions::default()
+    };
+    Session::with_options(model, opts)
+}
+
 fn messages_of(list: &Bound<'_, PyList>) -> PyResult<Vec<Message>> {
     let mut out = Vec::with_capacity(list.len());
     for item in list.iter() {
@@ -430,16 +448,7 @@ impl Model {
         let n = tokens.len();
         let flat = py
             .allow_threads(|| {
-                let opts = SessionOptions {
-                    n_ctx: n.max(4),
-                    all_logits: true,
-                    exec: ExecOptions {
-                        threads,
-                        ..ExecOptions::default()
-                    },
-                    ..SessionOptions::default()
-                };
-                let mut s = Session::with_options(model, opts)?;
+                let mut s = scoring_session(model, n.max(4), threads)?;
                 s.eval_batch(&tokens)?;
                 Ok::<_, tinynn::ModelError>(s.all_logits().to_vec())
             })
@@ -458,16 +467,7 @@ impl Model {
             let tokenizer = model.tokenizer()?;
             let tokens = tokenizer.encode(&text, false)?;
             let bos = tokenizer.bos();
-            let opts = SessionOptions {
-                n_ctx,
-                all_logits: true,
-                exec: ExecOptions {
-                    threads,
-                    ..ExecOptions::default()
-                },
-                ..SessionOptions::default()
-            };
-            let mut s = Session::with_options(model.clone(), opts)?;
+            let mut s = scoring_session(model.clone(), n_ctx, threads)?;
             Ok::<_, tinynn::ModelError>(tinynn::perplexity(&mut s, &tokens, bos, None, |_| {})?.ppl)
         })
         .map_err(err)

@@ -10,10 +10,11 @@ use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 use tinynn::format::GgmlType;
+use tinynn::train::data::next_token_labels;
 use tinynn::train::data::{BatchConfig, Batcher, EvalSplit, PackedText};
 use tinynn::train::metrics::StepMetrics;
 use tinynn::train::schedule::Schedule;
-use tinynn::train::train_loop::{restore_trainer, save_trainer, Output, RunState};
+use tinynn::train::train_loop::{restore_matching, save_trainer, Output, RunState};
 use tinynn::train::Optimizer;
 use tinynn::{fit, LoopConfig, LoopObserver, LoraConfig, Targets, TrainConfig};
 
@@ -96,15 +97,6 @@ fn train_config(
         lora,
         ..TrainConfig::default()
     })
-}
-
-/// Labels for `ids`: the next token of each sequence of `seq`, the last unscored.
-fn shifted(ids: &[i32], seq: usize) -> Vec<i32> {
-    let mut labels = vec![-100; ids.len()];
-    for (l, s) in labels.chunks_mut(seq).zip(ids.chunks(seq)) {
-        l[..s.len() - 1].copy_from_slice(&s[1..]);
-    }
-    labels
 }
 
 #[pymethods]
@@ -210,7 +202,7 @@ impl Trainer {
                     ids.len()
                 ));
             }
-            let labels = labels.unwrap_or_else(|| shifted(&ids, cfg.seq));
+            let labels = labels.unwrap_or_else(|| next_token_labels(&ids, cfg.seq));
             let lr = st.schedule.lr(st.trainer.steps_taken());
             st.trainer
                 .step(&ids, &labels, lr)
@@ -233,7 +225,7 @@ impl Trainer {
                     ids.len()
                 ));
             }
-            let labels = labels.unwrap_or_else(|| shifted(&ids, seq));
+            let labels = labels.unwrap_or_else(|| next_token_labels(&ids, seq));
             st.trainer
                 .eval_loss(&ids, &labels)
                 .map_err(|e| e.to_string())
@@ -282,23 +274,13 @@ impl Trainer {
     /// those of an uninterrupted run, bit for bit.
     fn resume(&self, py: Python<'_>, directory: PathBuf) -> PyResult<()> {
         py.allow_threads(|| {
-            let mut st = lock(&self.inner);
-            let ck =
-                tinynn::train::checkpoint::load_latest(&directory).map_err(|e| e.to_string())?;
-            if ck.meta.config_json != st.config_json {
-                return Err(format!(
-                    "{}: the checkpoint was made with other settings ({}; these are {})",
-                    ck.path.display(),
-                    ck.meta.config_json,
-                    st.config_json
-                ));
-            }
-            drop(ck);
-            let ck = restore_trainer(&mut st.trainer, &directory).map_err(|e| e.to_string())?;
+            let mut guard = lock(&self.inner);
+            let st = &mut *guard;
+            let ck = restore_matching(&mut st.trainer, &directory, &st.config_json)?;
             if let Some(schedule) = ck.meta.schedule {
                 st.schedule = schedule;
             }
-            Ok(())
+            Ok::<(), tinynn::TrainError>(())
         })
         .map_err(err)
     }

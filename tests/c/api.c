@@ -8,23 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "tinynn.h"
+#include "check.h"
 
-static int passed = 0, failed = 0;
-
-#define EXPECT(cond, ...)                                                        \
-    do {                                                                         \
-        if (cond) {                                                              \
-            passed++;                                                            \
-        } else {                                                                 \
-            failed++;                                                            \
-            fprintf(stderr, "FAILED line %d: %s: ", __LINE__, #cond);            \
-            fprintf(stderr, __VA_ARGS__);                                        \
-            fprintf(stderr, " (last error: %s)\n", tnn_last_error());           \
-        }                                                                        \
-    } while (0)
-
-#define OK(call) EXPECT((call) == TNN_OK, "%s", #call)
 
 static int32_t argmax(const float *v, size_t n) {
     size_t best = 0;

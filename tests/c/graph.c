@@ -7,23 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "tinynn.h"
+#include "check.h"
 
-static int passed = 0, failed = 0;
-
-#define EXPECT(cond, ...)                                                        \
-    do {                                                                         \
-        if (cond) {                                                              \
-            passed++;                                                            \
-        } else {                                                                 \
-            failed++;                                                            \
-            fprintf(stderr, "FAILED line %d: %s: ", __LINE__, #cond);            \
-            fprintf(stderr, __VA_ARGS__);                                        \
-            fprintf(stderr, " (last error: %s)\n", tnn_last_error());           \
-        }                                                                        \
-    } while (0)
-
-#define OK(call) EXPECT((call) == TNN_OK, "%s", #call)
 
 enum { F32 = 0, I32 = 26, N = 64, H = 16 };
 

@@ -8,8 +8,9 @@ use std::path::Path;
 use std::sync::Mutex;
 
 use tinynn::format::GgmlType;
+use tinynn::train::data::next_token_labels;
 use tinynn::train::schedule::Schedule;
-use tinynn::train::train_loop::{restore_trainer, save_trainer, RunState};
+use tinynn::train::train_loop::{restore_matching, save_trainer, RunState};
 use tinynn::{LoraConfig, Targets, TrainConfig, Trainer};
 
 use crate::args::{put, slice_arg, str_arg};
@@ -262,15 +263,6 @@ pub unsafe extern "C" fn tnn_trainer_free(trainer: *mut TnnTrainer) -> TnnStatus
     guard(|| free::<TrainerObject, TnnTrainer>(trainer, "trainer"))
 }
 
-/// Labels for `ids`: the next token of each sequence of `seq` tokens, the last one unscored.
-fn shifted(ids: &[i32], seq: usize) -> Vec<i32> {
-    let mut labels = vec![-100; ids.len()];
-    for (l, s) in labels.chunks_mut(seq).zip(ids.chunks(seq)) {
-        l[..s.len() - 1].copy_from_slice(&s[1..]);
-    }
-    labels
-}
-
 /// One optimizer step on `n` = accum · batch · seq token ids (sequence after sequence) at the
 /// trainer's learning rate. `labels` (`n` values, a negative one unscored) may be null: each
 /// token then predicts the next of its sequence. `*loss` gets the step's mean cross-entropy.
@@ -299,7 +291,7 @@ pub unsafe extern "C" fn tnn_trainer_step(
                 )));
             }
             let labels = if labels.is_null() {
-                shifted(ids, st.trainer.train_config().seq)
+                next_token_labels(ids, st.trainer.train_config().seq)
             } else {
                 slice_arg(labels, n, "labels")?.to_vec()
             };
@@ -340,7 +332,7 @@ pub unsafe extern "C" fn tnn_trainer_eval_loss(
                 )));
             }
             let labels = if labels.is_null() {
-                shifted(ids, st.trainer.train_config().seq)
+                next_token_labels(ids, st.trainer.train_config().seq)
             } else {
                 slice_arg(labels, n, "labels")?.to_vec()
             };
@@ -437,21 +429,7 @@ pub unsafe extern "C" fn tnn_trainer_resume(
     guard(|| {
         let dir = str_arg(dir, "dir")?;
         with_trainer(trainer, |st| {
-            let ck = tinynn::train::checkpoint::load_latest(Path::new(dir))
-                .map_err(tinynn::TrainError::from)?;
-            if ck.meta.config_json != st.config_json {
-                return Err(Failure::new(
-                    TnnStatus::TNN_ERR_TRAIN,
-                    format!(
-                        "{}: the checkpoint was made with other settings ({}; these are {})",
-                        ck.path.display(),
-                        ck.meta.config_json,
-                        st.config_json
-                    ),
-                ));
-            }
-            drop(ck);
-            let ck = restore_trainer(&mut st.trainer, Path::new(dir))?;
+            let ck = restore_matching(&mut st.trainer, Path::new(dir), &st.config_json)?;
             if let Some(schedule) = ck.meta.schedule {
                 st.schedule = schedule;
             }

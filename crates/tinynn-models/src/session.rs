@@ -158,6 +158,8 @@ pub struct Session<B: Backend = Executor> {
     /// taken in (less than its length after a truncation, when the state must be rebuilt:
     /// the next run replays the kept tokens first). `None` for attention models.
     state_valid: Option<Vec<usize>>,
+    /// A recurrent run's reused buffers: the grid's keep flags and its output rows.
+    grid_f32: [Vec<f32>; 2],
 }
 
 /// The error of a cache of `n_ctx` rows and `n_seq` sequences that could not take a token.
@@ -237,6 +239,7 @@ impl<B: Backend> Session<B> {
             runs: 0,
             last_pass: 0,
             state_valid,
+            grid_f32: Default::default(),
             model,
             opts,
         })

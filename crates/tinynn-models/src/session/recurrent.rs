@@ -130,7 +130,7 @@ impl<B: Backend> Session<B> {
         slots.clear();
         outs.clear();
         places.clear();
-        let mut keep = Vec::with_capacity(n_s);
+        self.grid_f32[0].clear();
         let valid = self.state_valid.as_ref().expect("a recurrent session");
         for (si, &wi) in grid.iter().enumerate() {
             let w = &work[wi];
@@ -143,7 +143,7 @@ impl<B: Backend> Session<B> {
                 }
             }
             slots.push(w.seq as i32);
-            keep.push(if valid[w.seq] > 0 { 1.0f32 } else { 0.0 });
+            self.grid_f32[0].push(if valid[w.seq] > 0 { 1.0f32 } else { 0.0 });
         }
         let flagged = outs.len();
         if outs.is_empty() {
@@ -164,6 +164,7 @@ impl<B: Backend> Session<B> {
                 .map_err(backend_err)
         };
         let [ids, slots, _, outs, places] = &self.scratch;
+        let keep = &self.grid_f32[0];
         let io = &pass.io;
         put(io.tokens, &mut ids.iter().map(|v| v.to_le_bytes()))?;
         let missing = || ModelError::Invalid("a recurrent pass without its state inputs".into());
@@ -182,9 +183,10 @@ impl<B: Backend> Session<B> {
             .run(&pass.plan, &mut pass.mem)
             .map_err(backend_err)?;
         self.last_pass = i;
-        let mut rows = Vec::new();
+        let rows = &mut self.grid_f32[1];
+        rows.clear();
         self.backend
-            .read_f32(&pass.plan, &pass.mem, pass.io.output, &mut rows)
+            .read_f32(&pass.plan, &pass.mem, pass.io.output, rows)
             .map_err(backend_err)?;
         let row_len = rows.len() / n_out;
         self.row_len = row_len;

@@ -39,7 +39,7 @@ pub use observer::{
     CheckpointEvent, EvalEvent, EvalKind, LoopObserver, LoopOutcome, LoopStart, SaveReason,
     TrainSummary,
 };
-pub use state::{restore_trainer, save_trainer, RunState};
+pub use state::{restore_matching, restore_trainer, save_trainer, RunState};
 
 use tinynn_core::backend::Backend;
 

@@ -123,6 +123,30 @@ pub fn restore_trainer<B: Backend>(
     Ok(ck)
 }
 
+/// [`restore_trainer`] from a checkpoint that must have been made with `config_json` (the
+/// run's settings); another checkpoint is [`TrainError::ResumeMismatch`].
+pub fn restore_matching<B: Backend>(
+    trainer: &mut Trainer<B>,
+    dir: &Path,
+    config_json: &str,
+) -> Result<checkpoint::LoadedCheckpoint> {
+    let ck = checkpoint::load_latest(dir)?;
+    check_identity(&ck, config_json)?;
+    restore_from(trainer, &ck)?;
+    Ok(ck)
+}
+
+fn check_identity(ck: &checkpoint::LoadedCheckpoint, config_json: &str) -> Result<()> {
+    if ck.meta.config_json != config_json {
+        return Err(TrainError::ResumeMismatch {
+            path: ck.path.clone(),
+            checkpoint: ck.meta.config_json.clone(),
+            run: config_json.to_string(),
+        });
+    }
+    Ok(())
+}
+
 /// [`restore_trainer`] from a loaded checkpoint.
 fn restore_from<B: Backend>(
     trainer: &mut Trainer<B>,
@@ -183,13 +207,7 @@ pub(super) fn resume<B: Backend>(
     observer: &mut dyn LoopObserver,
 ) -> Result<PathBuf> {
     let ck = checkpoint::load_latest(dir)?;
-    if ck.meta.config_json != config_json {
-        return Err(TrainError::ResumeMismatch {
-            path: ck.path.clone(),
-            checkpoint: ck.meta.config_json.clone(),
-            run: config_json.to_string(),
-        });
-    }
+    check_identity(&ck, config_json)?;
     let Some(pos) = ck.meta.data else {
         return Err(TrainError::Invalid(format!(
             "{}: the checkpoint has no data position",
