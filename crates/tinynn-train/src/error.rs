@@ -26,6 +26,10 @@ pub enum TrainError {
     Invalid(String),
     #[error("{0} is not supported")]
     Unsupported(String),
+    /// A collective operation across the ranks of a data-parallel run failed, or the ranks
+    /// disagree (`collective::agree`).
+    #[error("data-parallel training: {0}")]
+    Collective(String),
     /// The training data (reading a batch, the held-out split, a restored position).
     #[error(transparent)]
     Data(#[from] crate::data::DataError),

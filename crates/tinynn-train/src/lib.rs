@@ -12,6 +12,8 @@
 //! - [`data`]: packed text, JSONL chat (loss on assistant tokens), streamed `.bin` tokens, and
 //!   the resumable [`data::Batcher`].
 //! - [`checkpoint`]: one atomic GGUF file per checkpoint, a `latest` pointer, fallback on load.
+//! - [`collective`]: data-parallel training: the reductions across ranks ([`collective::Collective`]),
+//!   one process alone, a group of threads; the `tnn` command line brings MPI.
 //! - [`metrics`]: the JSONL metrics log; [`plot`]: the loss-curve PNG.
 //! - [`lora`]: LoRA / QLoRA adapters (`TrainConfig::lora`): targets, init, merge, and the
 //!   llama.cpp GGUF adapter format.
@@ -20,11 +22,13 @@
 //!   ([`LoopConfig`]), a stop flag and a [`LoopObserver`].
 
 pub mod checkpoint;
+pub mod collective;
 pub mod data;
 pub mod dir_lock;
 pub mod ema;
 pub mod error;
 pub mod export;
+mod grad_reduce;
 mod leaves;
 pub mod lora;
 pub mod metrics;
@@ -46,5 +50,5 @@ pub use lora::{LoraConfig, Targets};
 pub use optim::Optimizer;
 pub use params::NamedTensor;
 pub use source::TrainSource;
-pub use train_loop::{fit, LoopConfig, LoopObserver, LoopOutcome};
+pub use train_loop::{fit, fit_data_parallel, LoopConfig, LoopObserver, LoopOutcome};
 pub use trainer::{FrozenSpec, OptimizerState, StepReport, TrainConfig, TrainMemory, Trainer};

@@ -252,16 +252,18 @@ pub(crate) fn eval_pass<B: Backend>(
     })
 }
 
-/// Writes a batch's labels and their scored count (`TrainForward::loss_norm`).
+/// Writes a batch's labels and the count the loss is divided by (`TrainForward::loss_norm`):
+/// `norm`, or the labels' own scored count.
 pub(crate) fn write_labels<B: Backend>(
     backend: &B,
     (mem, plan): (&mut B::Memory, &Plan),
     fwd: &TrainForward,
     labels: &[i32],
     n_vocab: usize,
+    norm: Option<f32>,
 ) -> Result<()> {
     write_i32(backend, (mem, plan), fwd.labels, labels)?;
-    let norm = [scored(labels, n_vocab)];
+    let norm = [norm.unwrap_or_else(|| scored(labels, n_vocab))];
     write_f32(backend, (mem, plan), fwd.loss_norm, &norm)
 }
 

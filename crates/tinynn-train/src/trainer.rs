@@ -14,7 +14,9 @@ use tinynn_format::gguf::Value;
 use tinynn_format::model_config::ModelConfig;
 use tinynn_models::llama::Hparams;
 
+use crate::collective::{Collective, Solo};
 use crate::error::{backend_err, Result, TrainError};
+use crate::grad_reduce::GradReducer;
 use crate::lora::LoraConfig;
 use crate::model::{BatchShape, LoraGraph};
 use crate::optim::Optimizer;
@@ -153,6 +155,11 @@ pub struct Trainer<B: Backend = Executor> {
     eval: EvalPass<B>,
     /// Scalars read back from runs (loss, Σg²), reused: a step allocates nothing.
     scalar: Vec<f32>,
+    /// Data-parallel steps: the staging buffers of the all-reduce, the host values it sums
+    /// (loss, votes) and the seconds it took.
+    reducer: GradReducer,
+    votes: Vec<f32>,
+    reduce_secs: f64,
     step: u64,
     pub(crate) gguf_metadata: Option<Vec<(String, Value)>>,
     pub(crate) rope_tensors: Vec<NamedTensor>,
@@ -283,6 +290,9 @@ impl<B: Backend> Trainer<B> {
             update,
             eval,
             scalar: Vec::with_capacity(1),
+            reducer: GradReducer::default(),
+            votes: Vec::with_capacity(8),
+            reduce_secs: 0.0,
             step: 0,
             gguf_metadata: loaded.gguf_metadata,
             rope_tensors: loaded.rope_tensors,
@@ -351,18 +361,48 @@ impl<B: Backend> Trainer<B> {
     /// One optimizer step over `accum` micro-batches (`ids`/`labels`: `accum · batch · seq`
     /// values, sequence after sequence; a negative label is not scored) at learning rate `lr`.
     pub fn step(&mut self, ids: &[i32], labels: &[i32], lr: f32) -> Result<StepReport> {
+        self.step_data_parallel(ids, labels, None, lr, &mut [], &mut Solo)
+    }
+
+    /// One optimizer step of a data-parallel run, as one rank of `comm`: `ids`/`labels` are
+    /// this rank's shard (`accum · batch · seq` values), `norms[k]` is the number of labels
+    /// the whole group scores in micro-batch `k` (every rank's shard together; `None`: this
+    /// shard's own count), so that each rank's loss and gradient are its share of the group's
+    /// mean. The gradient buffers, the loss and `votes` (host values the caller wants summed
+    /// across the ranks, e.g. stop requests) are summed over the ranks in place before the
+    /// update, and every rank takes the same update: `comm.size()` ranks with batch `b` take
+    /// the step one process takes with batch `size · b` on the same sequences (to rounding).
+    pub fn step_data_parallel(
+        &mut self,
+        ids: &[i32],
+        labels: &[i32],
+        norms: Option<&[f32]>,
+        lr: f32,
+        votes: &mut [f32],
+        comm: &mut dyn Collective,
+    ) -> Result<StepReport> {
         self.check_batch(ids, labels, self.cfg.accum)?;
         if !lr.is_finite() {
             return Err(TrainError::Invalid(format!("learning rate {lr}")));
         }
+        if norms.is_some_and(|n| n.len() != self.cfg.accum) {
+            return Err(TrainError::Batch(format!(
+                "{} loss normalizers for {} micro-batches",
+                norms.map_or(0, <[f32]>::len),
+                self.cfg.accum
+            )));
+        }
         let n = self.micro_batch_tokens();
         let mut loss_sum = 0f64;
-        for (ids, labels) in ids.chunks_exact(n).zip(labels.chunks_exact(n)) {
-            self.draw_dropout()?;
+        let micro = ids.chunks_exact(n).zip(labels.chunks_exact(n));
+        for (k, (ids, labels)) in micro.enumerate() {
+            // Each rank draws its own masks from the one shared RNG stream.
+            self.draw_dropout(comm.rank() as u64)?;
             let (b, g) = (&mut self.backend, &mut self.grad);
             write_i32(b, (&mut g.mem, &g.plan), g.fwd.tokens, ids)?;
             let n_vocab = self.hparams.n_vocab;
-            write_labels(b, (&mut g.mem, &g.plan), &g.fwd, labels, n_vocab)?;
+            let norm = norms.map(|n| n[k]);
+            write_labels(b, (&mut g.mem, &g.plan), &g.fwd, labels, n_vocab, norm)?;
             if let Err(e) = b.run(&g.plan, &mut g.mem) {
                 self.zero_grads()?;
                 return Err(backend_err(e));
@@ -373,14 +413,45 @@ impl<B: Backend> Trainer<B> {
                 self.trace = b.trace(&g.plan);
             }
         }
+        let grad_sq = if comm.size() > 1 {
+            let started = std::time::Instant::now();
+            self.votes.clear();
+            self.votes.push(loss_sum as f32);
+            self.votes.extend_from_slice(votes);
+            let g = &mut self.grad;
+            let reduced = self.reducer.all_reduce(
+                &self.backend,
+                (&mut g.mem, &g.plan),
+                &g.buffers,
+                &mut self.votes,
+                comm,
+            );
+            let sq = match reduced {
+                Ok(sq) => sq,
+                Err(e) => {
+                    self.zero_grads()?;
+                    return Err(e);
+                }
+            };
+            loss_sum = f64::from(self.votes[0]);
+            votes.copy_from_slice(&self.votes[1..]);
+            self.reduce_secs += started.elapsed().as_secs_f64();
+            sq as f32
+        } else {
+            let g = &self.grad;
+            scalar(
+                &self.backend,
+                (&g.mem, &g.plan),
+                g.grad_sq,
+                &mut self.scalar,
+            )?
+        };
         let mut loss = (loss_sum / self.cfg.accum as f64) as f32;
         if self.poison > 0 {
             self.poison -= 1;
             loss = f32::NAN;
         }
-        let g = &self.grad;
-        let at = (&g.mem, &g.plan);
-        let grad_norm = scalar(&self.backend, at, g.grad_sq, &mut self.scalar)?.sqrt();
+        let grad_norm = grad_sq.sqrt();
         let skipped = !loss.is_finite() || !grad_norm.is_finite();
         if !skipped {
             let clip = match self.cfg.clip {
@@ -397,6 +468,11 @@ impl<B: Backend> Trainer<B> {
             skipped,
             step: self.step,
         })
+    }
+
+    /// Seconds spent in the all-reduce of data-parallel steps so far (0 for one process).
+    pub fn reduce_secs(&self) -> f64 {
+        self.reduce_secs
     }
 
     fn apply_update(&mut self, lr: f32, clip: f32) -> Result<()> {
@@ -416,12 +492,14 @@ impl<B: Backend> Trainer<B> {
 
     /// Writes a fresh dropout seed into the grad pass (the `Op::Dropout` masks are drawn from
     /// it on the fly), without allocating.
-    fn draw_dropout(&mut self) -> Result<()> {
+    fn draw_dropout(&mut self, rank: u64) -> Result<()> {
         let g = &mut self.grad;
         let Some(seed) = g.fwd.dropout_seed else {
             return Ok(());
         };
-        let s = self.dropout_rng.next_u64();
+        // Rank 0 draws what one process draws; the others a seed of their own, the RNG's
+        // state staying the same on every rank.
+        let s = self.dropout_rng.next_u64() ^ rank.wrapping_mul(0x9E37_79B9_7F4A_7C15);
         let seed_values = [s as u32 as i32, (s >> 32) as u32 as i32];
         write_i32(&self.backend, (&mut g.mem, &g.plan), seed, &seed_values)
     }
@@ -511,7 +589,7 @@ impl<B: Backend> Trainer<B> {
         let (b, g, e) = (&mut self.backend, &mut self.grad, &mut self.eval);
         write_i32(b, (&mut e.mem, &e.plan), e.fwd.tokens, ids)?;
         let n_vocab = self.hparams.n_vocab;
-        write_labels(b, (&mut e.mem, &e.plan), &e.fwd, labels, n_vocab)?;
+        write_labels(b, (&mut e.mem, &e.plan), &e.fwd, labels, n_vocab, None)?;
         run_lent(
             b,
             (&mut g.mem, &g.plan),
@@ -534,6 +612,7 @@ impl<B: Backend> Trainer<B> {
             &g.fwd,
             labels,
             self.hparams.n_vocab,
+            None,
         )?;
         let ran = b.run(&g.plan, &mut g.mem);
         let out = ran.map_err(backend_err).and_then(|()| {

@@ -41,6 +41,8 @@ pub use observer::{
 };
 pub use state::{restore_matching, restore_trainer, save_trainer, RunState};
 
+use crate::collective::{agree, fnv1a, Collective, Solo, FNV_START};
+
 use tinynn_core::backend::Backend;
 
 use crate::checkpoint;
@@ -70,30 +72,89 @@ pub fn fit<B: Backend>(
     stop: &AtomicBool,
     observer: &mut dyn LoopObserver,
 ) -> Result<LoopOutcome> {
+    fit_data_parallel(trainer, batcher, cfg, stop, observer, &mut Solo)
+}
+
+/// [`fit`] as one rank of a data-parallel group (`comm`; every rank calls it with the same
+/// settings, data and model). Each global micro-batch is `batcher`'s batch, which must be
+/// `comm.size()` × the trainer's batch: every rank reads all of it (so the data position stays
+/// the same on every rank) and trains on its own rows, rank `r` on rows `r·b..(r+1)·b`; the
+/// gradients are summed across the ranks ([`Trainer::step_data_parallel`]) and every rank
+/// takes the same step. Rank 0 alone writes the output directory (lock, metrics, checkpoints,
+/// exports) and tells `observer`; a resume reads the checkpoint on every rank, which must see
+/// the same directory. A stop request on any rank stops every rank after the step in flight.
+/// The ranks check that they agree on the settings, on the state after a resume and on the
+/// trained weights; an error on one rank must end the group (the caller's job: MPI's abort).
+pub fn fit_data_parallel<B: Backend>(
+    trainer: &mut Trainer<B>,
+    batcher: &mut Batcher,
+    cfg: &LoopConfig,
+    stop: &AtomicBool,
+    observer: &mut dyn LoopObserver,
+    comm: &mut dyn Collective,
+) -> Result<LoopOutcome> {
     let schedule = cfg.validate()?;
     if matches!(cfg.output, Output::Adapter { .. }) && trainer.lora().is_none() {
         return Err(TrainError::Invalid(
             "exporting an adapter needs a LoRA trainer".into(),
         ));
     }
+    let (rank, ranks) = (comm.rank(), comm.size());
+    let lead = rank == 0;
+    let per_rank = trainer.train_config().batch;
+    if batcher.batch_size() != per_rank * ranks {
+        return Err(TrainError::Invalid(format!(
+            "the data's batch is {} sequences; {ranks} ranks of batch {per_rank} need {}",
+            batcher.batch_size(),
+            per_rank * ranks
+        )));
+    }
+    let mut quiet = ();
+    let observer: &mut dyn LoopObserver = if lead { observer } else { &mut quiet };
     let dir = cfg.out.as_path();
-    std::fs::create_dir_all(dir).map_err(|cause| TrainError::Io {
-        action: "creating",
-        path: dir.to_path_buf(),
-        cause,
-    })?;
+    let config_json = cfg.run_identity.to_string();
+    agree(
+        comm,
+        "the run's settings",
+        fnv1a(FNV_START, config_json.as_bytes()),
+    )?;
+    if lead {
+        std::fs::create_dir_all(dir).map_err(|cause| TrainError::Io {
+            action: "creating",
+            path: dir.to_path_buf(),
+            cause,
+        })?;
+    }
     // Held until the run returns: two runs writing one directory would interleave
     // checkpoints and metrics.
-    let _lock = crate::dir_lock::DirLock::acquire(dir)?;
-    let config_json = cfg.run_identity.to_string();
+    let _lock = match lead {
+        true => Some(crate::dir_lock::DirLock::acquire(dir)?),
+        false => None,
+    };
     let metrics_path = dir.join("metrics.jsonl");
     let (mut log, resumed_from) = if cfg.resume {
         let from = resume(trainer, batcher, dir, &config_json, &schedule, observer)?;
-        let log = MetricsLog::resume(&metrics_path, trainer.steps_taken())?;
+        let log = match lead {
+            true => Some(MetricsLog::resume(&metrics_path, trainer.steps_taken())?),
+            false => None,
+        };
         (log, Some(from))
     } else {
-        (MetricsLog::create(&metrics_path)?, None)
+        let log = match lead {
+            true => Some(MetricsLog::create(&metrics_path)?),
+            false => None,
+        };
+        (log, None)
     };
+    if ranks > 1 {
+        let mut h = fnv1a(FNV_START, &trainer.steps_taken().to_le_bytes());
+        let pos = batcher.position();
+        for v in [pos.epoch, pos.index, pos.rng] {
+            h = fnv1a(h, &v.to_le_bytes());
+        }
+        agree(comm, "the step and data position", h)?;
+        agree(comm, "the starting weights", weights_fingerprint(trainer)?)?;
+    }
     observer.on_start(&LoopStart {
         step: trainer.steps_taken(),
         steps: cfg.steps,
@@ -119,6 +180,14 @@ pub fn fit<B: Backend>(
     let mb = trainer.micro_batch_tokens();
     let n = mb * accum;
     let (mut ids, mut labels) = (vec![0i32; n], vec![0i32; n]);
+    // A data-parallel rank reads each global micro-batch whole and keeps its rows; the loss
+    // of each is normalized by the group's count of scored labels.
+    let global = if ranks > 1 { mb * ranks } else { 0 };
+    let (mut all_ids, mut all_labels) = (vec![0i32; global], vec![0i32; global]);
+    let mut norms = vec![0f32; accum];
+    let n_vocab = trainer.hparams().n_vocab;
+    let mut votes = [0f32; 1];
+    let mut stop_agreed = false;
     let t0 = Instant::now();
     let (mut tokens, mut attempts, mut bad) = (0u64, 0u64, 0u32);
     let mut last_saved = None;
@@ -127,7 +196,7 @@ pub fn fit<B: Backend>(
     let first_step = trainer.steps_taken();
     // A fresh run scores the held-out split once before training: the baseline to beat.
     let before = if first_step == 0 {
-        evaluate(trainer, batcher, cfg.eval_batches)?
+        evaluate(trainer, batcher, cfg.eval_batches, comm)?
     } else {
         None
     };
@@ -139,18 +208,30 @@ pub fn fit<B: Backend>(
         });
     }
     while trainer.steps_taken() < cfg.steps {
-        if stop.load(Ordering::SeqCst) {
+        let stopping = match ranks {
+            1 => stop.load(Ordering::SeqCst),
+            _ => stop_agreed,
+        };
+        if stopping {
             let step = trainer.steps_taken();
-            let path = saver.save(trainer, batcher)?;
-            observer.on_checkpoint(&CheckpointEvent {
-                step,
-                path: path.clone(),
-                reason: SaveReason::Interrupted,
-            });
+            let path = match lead {
+                true => Some(saver.save(trainer, batcher)?),
+                false => None,
+            };
+            if let Some(path) = &path {
+                observer.on_checkpoint(&CheckpointEvent {
+                    step,
+                    path: path.clone(),
+                    reason: SaveReason::Interrupted,
+                });
+            }
             let secs = t0.elapsed().as_secs_f64();
-            let files = write_plot(dir, &metrics_path, observer)
-                .into_iter()
-                .collect();
+            let files = match lead {
+                true => write_plot(dir, &metrics_path, observer)
+                    .into_iter()
+                    .collect(),
+                false => Vec::new(),
+            };
             let outcome = LoopOutcome {
                 steps: step,
                 summary: TrainSummary {
@@ -160,27 +241,45 @@ pub fn fit<B: Backend>(
                     last_loss,
                     eval_before: before,
                     eval_after: None,
+                    ranks,
+                    reduce_secs: trainer.reduce_secs(),
                 },
                 interrupted: true,
                 resumed_from,
-                checkpoint: Some(path),
+                checkpoint: path,
                 metrics: metrics_path,
                 files,
             };
             observer.on_end(&outcome);
             return Ok(outcome);
         }
-        for k in 0..accum {
+        for (k, norm) in norms.iter_mut().enumerate() {
             let r = k * mb..(k + 1) * mb;
-            batcher.next_into(&mut ids[r.clone()], &mut labels[r])?;
+            if ranks == 1 {
+                batcher.next_into(&mut ids[r.clone()], &mut labels[r])?;
+                continue;
+            }
+            batcher.next_into(&mut all_ids, &mut all_labels)?;
+            *norm = crate::model::scored(&all_labels, n_vocab);
+            let mine = rank * mb..(rank + 1) * mb;
+            ids[r.clone()].copy_from_slice(&all_ids[mine.clone()]);
+            labels[r].copy_from_slice(&all_labels[mine]);
         }
         let lr = schedule.lr(trainer.steps_taken());
         attempts += 1;
         if cfg.inject_nan.contains(&attempts) {
             trainer.poison_next_steps(1);
         }
-        let rep = trainer.step(&ids, &labels, lr)?;
-        tokens += n as u64;
+        let rep = if ranks == 1 {
+            trainer.step(&ids, &labels, lr)?
+        } else {
+            votes[0] = f32::from(u8::from(stop.load(Ordering::SeqCst)));
+            let rep =
+                trainer.step_data_parallel(&ids, &labels, Some(&norms), lr, &mut votes, comm)?;
+            stop_agreed = votes[0] > 0.0;
+            rep
+        };
+        tokens += (n * ranks) as u64;
         let elapsed = t0.elapsed().as_secs_f64();
         let mut m = StepMetrics {
             step: if rep.skipped { rep.step + 1 } else { rep.step },
@@ -194,7 +293,9 @@ pub fn fit<B: Backend>(
         };
         if rep.skipped {
             bad += 1;
-            log.log(&m)?;
+            if let Some(log) = log.as_mut() {
+                log.log(&m)?;
+            }
             observer.on_step(&m);
             observer.on_message(&format!(
                 "step {}: non-finite loss or gradient (loss {}, grad norm {}); update skipped",
@@ -212,7 +313,7 @@ pub fn fit<B: Backend>(
         last_loss = Some(rep.loss);
         let step = rep.step;
         if cfg.eval_every > 0 && step % cfg.eval_every == 0 && step < cfg.steps {
-            m.eval_loss = evaluate(trainer, batcher, cfg.eval_batches)?;
+            m.eval_loss = evaluate(trainer, batcher, cfg.eval_batches, comm)?;
             if let Some(loss) = m.eval_loss {
                 observer.on_eval(&EvalEvent {
                     step,
@@ -221,22 +322,26 @@ pub fn fit<B: Backend>(
                 });
             }
         }
-        log.log(&m)?;
+        if let Some(log) = log.as_mut() {
+            log.log(&m)?;
+        }
         observer.on_step(&m);
         if cfg.save_every > 0 && step % cfg.save_every == 0 {
-            let path = saver.save(trainer, batcher)?;
-            observer.on_checkpoint(&CheckpointEvent {
-                step,
-                path: path.clone(),
-                reason: SaveReason::Periodic,
-            });
+            if lead {
+                let path = saver.save(trainer, batcher)?;
+                observer.on_checkpoint(&CheckpointEvent {
+                    step,
+                    path: path.clone(),
+                    reason: SaveReason::Periodic,
+                });
+                last_checkpoint = Some(path);
+            }
             last_saved = Some(step);
-            last_checkpoint = Some(path);
         }
     }
     let steps = trainer.steps_taken();
     let secs = t0.elapsed().as_secs_f64();
-    let eval = evaluate(trainer, batcher, cfg.eval_batches)?;
+    let eval = evaluate(trainer, batcher, cfg.eval_batches, comm)?;
     if let Some(e) = eval {
         observer.on_eval(&EvalEvent {
             step: steps,
@@ -244,18 +349,25 @@ pub fn fit<B: Backend>(
             kind: EvalKind::Final,
         });
         // The final eval goes into the log as its own entry of the last step.
-        log.log(&StepMetrics {
-            step: steps,
-            loss: last_loss.unwrap_or(f32::NAN),
-            lr: schedule.lr(steps.saturating_sub(1)),
-            grad_norm: None,
-            tokens_per_s: tokens as f64 / secs.max(1e-9),
-            elapsed_s: secs,
-            eval_loss: Some(e),
-            skipped: false,
-        })?;
+        if let Some(log) = log.as_mut() {
+            log.log(&StepMetrics {
+                step: steps,
+                loss: last_loss.unwrap_or(f32::NAN),
+                lr: schedule.lr(steps.saturating_sub(1)),
+                grad_norm: None,
+                tokens_per_s: tokens as f64 / secs.max(1e-9),
+                elapsed_s: secs,
+                eval_loss: Some(e),
+                skipped: false,
+            })?;
+        }
     }
-    if last_saved != Some(steps) {
+    if ranks > 1 {
+        // Every rank took the same steps from the same start: a difference now would be a
+        // reduction that handed the ranks different sums.
+        agree(comm, "the trained weights", weights_fingerprint(trainer)?)?;
+    }
+    if last_saved != Some(steps) && lead {
         let path = saver.save(trainer, batcher)?;
         observer.on_checkpoint(&CheckpointEvent {
             step: steps,
@@ -271,18 +383,23 @@ pub fn fit<B: Backend>(
         last_loss,
         eval_before: before,
         eval_after: eval,
+        ranks,
+        reduce_secs: trainer.reduce_secs(),
     };
     observer.on_train_end(&summary);
-    let mut files = export(trainer, dir, cfg.output, cfg.export_type, observer)?;
-    files.extend(write_plot(dir, &metrics_path, observer));
-    if let (Some(path), Some(json)) = (&cfg.trace, trainer.last_trace()) {
-        std::fs::write(path, json).map_err(|cause| TrainError::Io {
-            action: "writing",
-            path: path.clone(),
-            cause,
-        })?;
-        observer.on_message(&wrote(path));
-        files.push(path.clone());
+    let mut files = Vec::new();
+    if lead {
+        files = export(trainer, dir, cfg.output, cfg.export_type, observer)?;
+        files.extend(write_plot(dir, &metrics_path, observer));
+        if let (Some(path), Some(json)) = (&cfg.trace, trainer.last_trace()) {
+            std::fs::write(path, json).map_err(|cause| TrainError::Io {
+                action: "writing",
+                path: path.clone(),
+                cause,
+            })?;
+            observer.on_message(&wrote(path));
+            files.push(path.clone());
+        }
     }
     let outcome = LoopOutcome {
         steps,
@@ -295,4 +412,21 @@ pub fn fit<B: Backend>(
     };
     observer.on_end(&outcome);
     Ok(outcome)
+}
+
+/// A fingerprint of the trainer's parameters (their bits, 8 bytes at a time).
+fn weights_fingerprint<B: Backend>(trainer: &Trainer<B>) -> Result<u64> {
+    let mut h = FNV_START;
+    for (name, _, values) in trainer.param_views()? {
+        h = fnv1a(h, name.as_bytes());
+        let bytes: &[u8] = bytemuck::cast_slice(values);
+        let words = bytes.chunks_exact(8);
+        h = fnv1a(h, words.remainder());
+        for w in words {
+            let mut word = [0u8; 8];
+            word.copy_from_slice(w);
+            h = (h ^ u64::from_le_bytes(word)).wrapping_mul(0x0100_0000_01b3);
+        }
+    }
+    Ok(h)
 }

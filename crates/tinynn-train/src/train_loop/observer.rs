@@ -89,6 +89,10 @@ pub struct TrainSummary {
     pub eval_before: Option<f32>,
     /// Held-out loss after the last step (with an eval split; `None` when interrupted).
     pub eval_after: Option<f32>,
+    /// Ranks of the data-parallel group (1: one process); `tokens` counts all of theirs.
+    pub ranks: usize,
+    /// Seconds this rank spent in the gradient all-reduce (0 for one process).
+    pub reduce_secs: f64,
 }
 
 /// What [`fit`](super::fit) did.

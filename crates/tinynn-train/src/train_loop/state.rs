@@ -7,7 +7,8 @@ use tinynn_core::backend::Backend;
 use tinynn_format::GgmlType;
 
 use crate::checkpoint::{self, Checkpoint, CheckpointMeta, SaveOptions, TensorRef};
-use crate::data::Batcher;
+use crate::collective::Collective;
+use crate::data::{Batcher, IGNORE};
 use crate::error::{Result, TrainError};
 use crate::metrics;
 use crate::params::NamedTensor;
@@ -231,29 +232,44 @@ pub(super) fn resume<B: Backend>(
 }
 
 /// Mean loss over the held-out split (weighted by scored tokens), over at most `max` batches
-/// (0: all); `None` without one.
+/// (0: all); `None` without one. A data-parallel rank scores its rows of each batch and the
+/// group sums the weighted losses.
 pub(super) fn evaluate<B: Backend>(
     trainer: &mut Trainer<B>,
     batcher: &Batcher,
     max: usize,
+    comm: &mut dyn Collective,
 ) -> Result<Option<f32>> {
     if batcher.n_eval() == 0 {
         return Ok(None);
     }
-    let (mut sum, mut count) = (0f64, 0usize);
+    let (rank, ranks) = (comm.rank(), comm.size());
+    let mb = trainer.micro_batch_tokens();
+    let mut acc = [0f64; 2];
     for (i, b) in batcher.eval_batches().enumerate() {
         if max > 0 && i >= max {
             break;
         }
         let b = b?;
-        if b.tokens == 0 {
+        let (ids, labels) = match ranks {
+            1 => (&b.inputs[..], &b.labels[..]),
+            _ => {
+                let mine = rank * mb..(rank + 1) * mb;
+                (&b.inputs[mine.clone()], &b.labels[mine])
+            }
+        };
+        let tokens = labels.iter().filter(|&&l| l != IGNORE).count();
+        if tokens == 0 {
             continue;
         }
-        let loss = trainer.eval_loss(&b.inputs, &b.labels)?;
-        sum += f64::from(loss) * b.tokens as f64;
-        count += b.tokens;
+        let loss = trainer.eval_loss(ids, labels)?;
+        acc[0] += f64::from(loss) * tokens as f64;
+        acc[1] += tokens as f64;
     }
-    Ok((count > 0).then(|| (sum / count as f64) as f32))
+    if ranks > 1 {
+        comm.all_reduce_sum_f64(&mut acc)?;
+    }
+    Ok((acc[1] > 0.0).then(|| (acc[0] / acc[1]) as f32))
 }
 
 /// Writes the final files; returns their paths.
