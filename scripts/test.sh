@@ -48,3 +48,6 @@ scripts/test-capi.sh
 
 echo "== the Python package: pip install ./python, then pytest"
 scripts/test-python.sh
+
+echo "== data-parallel training under mpirun (2 ranks; the mpi feature)"
+scripts/test-mpi.sh

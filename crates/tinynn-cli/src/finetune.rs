@@ -11,6 +11,7 @@ use tinynn_train::{LoraConfig, Targets, Trainer};
 
 use crate::train_loop::{self, LoopArgs, Output};
 use tinynn_models::model::Model;
+use tinynn_train::collective::Collective;
 
 #[derive(Args)]
 pub struct FinetuneArgs {
@@ -44,7 +45,7 @@ pub struct FinetuneArgs {
     pub train: LoopArgs,
 }
 
-pub fn run(args: &FinetuneArgs) -> Result<()> {
+pub fn run(args: &FinetuneArgs, comm: &mut dyn Collective) -> Result<()> {
     let path = crate::models::resolve(args.model.as_deref())?;
     let model = Model::open(&path)?;
     let tokenizer = model.tokenizer()?;
@@ -71,25 +72,31 @@ pub fn run(args: &FinetuneArgs) -> Result<()> {
     let cfg = la.train_config(lora);
     let mut trainer =
         Trainer::new(model.source(), cfg).with_context(|| format!("loading {}", path.display()))?;
-    let mut batcher = la.batcher(&Tokenization {
-        tokenizer,
-        template: template.as_ref(),
-        n_vocab: trainer.hparams().n_vocab,
-    })?;
-    let run = la.identity(json!({
-        "kind": "finetune",
-        "model": path.display().to_string(),
-        "lora": lora.map(|l| json!({
-            "rank": l.rank,
-            "alpha": l.alpha,
-            "dropout": l.dropout,
-            "targets": l.targets.to_list(),
-        })),
-    }));
+    let mut batcher = la.batcher(
+        &Tokenization {
+            tokenizer,
+            template: template.as_ref(),
+            n_vocab: trainer.hparams().n_vocab,
+        },
+        comm.size(),
+    )?;
+    let run = la.identity(
+        comm.size(),
+        json!({
+            "kind": "finetune",
+            "model": path.display().to_string(),
+            "lora": lora.map(|l| json!({
+                "rank": l.rank,
+                "alpha": l.alpha,
+                "dropout": l.dropout,
+                "targets": l.targets.to_list(),
+            })),
+        }),
+    );
     let output = if args.lora {
         Output::Adapter { merge: args.merge }
     } else {
         Output::Model
     };
-    train_loop::train(&mut trainer, &mut batcher, la, output, run)
+    train_loop::train(&mut trainer, &mut batcher, la, output, run, comm)
 }

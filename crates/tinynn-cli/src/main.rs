@@ -13,6 +13,7 @@ mod models;
 mod perplexity;
 mod plan;
 mod quantize;
+mod ranks;
 mod run;
 mod serve;
 mod tokenize;
@@ -110,8 +111,8 @@ fn main() -> ExitCode {
         Command::Convert(args) => convert::run(&args),
         Command::Tokenize(args) => tokenize::run(&args),
         Command::Serve(args) => serve::run(&args),
-        Command::Finetune(args) => finetune::run(&args),
-        Command::Train(args) => train::run(&args),
+        Command::Finetune(args) => ranks::with_ranks(|comm| finetune::run(&args, comm)),
+        Command::Train(args) => ranks::with_ranks(|comm| train::run(&args, comm)),
         Command::List(args) => models::list(&args),
         Command::Pull(args) => models::pull(&args),
         Command::Rm(args) => models::rm(&args),

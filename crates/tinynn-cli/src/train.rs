@@ -20,6 +20,7 @@ use tinynn_train::scratch::{export_metadata, ScratchConfig};
 use tinynn_train::{TrainSource, Trainer};
 
 use crate::train_loop::{self, LoopArgs, Output};
+use tinynn_train::collective::Collective;
 
 #[derive(Args)]
 pub struct TrainArgs {
@@ -36,7 +37,7 @@ pub struct TrainArgs {
     pub train: LoopArgs,
 }
 
-pub fn run(args: &TrainArgs) -> Result<()> {
+pub fn run(args: &TrainArgs, comm: &mut dyn Collective) -> Result<()> {
     let la = &args.train;
     let text = std::fs::read_to_string(&args.config)
         .with_context(|| format!("reading {}", args.config.display()))?;
@@ -75,15 +76,21 @@ pub fn run(args: &TrainArgs) -> Result<()> {
         cfg,
     )?;
     trainer.set_export_metadata(meta);
-    let mut batcher = la.batcher(&Tokenization {
-        tokenizer: &tokenizer,
-        template: template.as_ref(),
-        n_vocab: trainer.hparams().n_vocab,
-    })?;
-    let run = la.identity(json!({
-        "kind": "train",
-        "config": serde_json::from_str::<serde_json::Value>(&text)?,
-        "tokenizer": tok_path.display().to_string(),
-    }));
-    train_loop::train(&mut trainer, &mut batcher, la, Output::Model, run)
+    let mut batcher = la.batcher(
+        &Tokenization {
+            tokenizer: &tokenizer,
+            template: template.as_ref(),
+            n_vocab: trainer.hparams().n_vocab,
+        },
+        comm.size(),
+    )?;
+    let run = la.identity(
+        comm.size(),
+        json!({
+            "kind": "train",
+            "config": serde_json::from_str::<serde_json::Value>(&text)?,
+            "tokenizer": tok_path.display().to_string(),
+        }),
+    );
+    train_loop::train(&mut trainer, &mut batcher, la, Output::Model, run, comm)
 }

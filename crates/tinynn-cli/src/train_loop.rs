@@ -12,6 +12,7 @@ use anyhow::Result;
 use clap::{Args, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
 use tinynn_format::GgmlType;
+use tinynn_train::collective::Collective;
 use tinynn_train::data::{BatchConfig, Batcher, EvalSplit, Tokenization};
 use tinynn_train::metrics::StepMetrics;
 pub use tinynn_train::train_loop::Output;
@@ -134,8 +135,9 @@ impl LoopArgs {
     }
 
     /// The run's identity for `--resume` (a checkpoint must come from the same): these flags'
-    /// settings plus the command's own `extra` keys.
-    pub fn identity(&self, extra: serde_json::Value) -> serde_json::Value {
+    /// settings, the number of data-parallel ranks (when more than one: a checkpoint resumes
+    /// with the ranks that wrote it) and the command's own `extra` keys.
+    pub fn identity(&self, ranks: usize, extra: serde_json::Value) -> serde_json::Value {
         let mut run = serde_json::json!({
             "data": self.data.display().to_string(),
             "seq": self.seq,
@@ -148,6 +150,9 @@ impl LoopArgs {
             "weight_decay": self.weight_decay,
             "clip": self.clip,
         });
+        if ranks > 1 {
+            run["ranks"] = ranks.into();
+        }
         if let (Some(run), serde_json::Value::Object(extra)) = (run.as_object_mut(), extra) {
             run.extend(extra);
         }
@@ -193,8 +198,9 @@ impl LoopArgs {
         }
     }
 
-    /// The data file, tokenized as `tok` says, and the batcher over it.
-    pub fn batcher(&self, tok: &Tokenization<'_>) -> Result<Batcher> {
+    /// The data file, tokenized as `tok` says, and the batcher over it: global batches of
+    /// `ranks` × `--batch` sequences, which the ranks share.
+    pub fn batcher(&self, tok: &Tokenization<'_>, ranks: usize) -> Result<Batcher> {
         let source = tinynn_train::data::open(&self.data, self.seq, tok)?;
         let eval = if self.eval_frac > 0.0 {
             EvalSplit::Last {
@@ -206,7 +212,7 @@ impl LoopArgs {
         Ok(Batcher::new(
             source,
             BatchConfig {
-                batch: self.batch,
+                batch: self.batch * ranks,
                 shuffle: !self.no_shuffle,
                 seed: self.seed,
                 eval,
@@ -222,15 +228,17 @@ impl LoopArgs {
     }
 }
 
-/// Runs the loop to `args.steps` optimizer steps, with a progress bar on a terminal (lines on
-/// stderr otherwise); Ctrl-C saves a checkpoint and ends the run cleanly. `config` identifies
-/// the run: a resumed checkpoint must have been written with the same.
+/// Runs the loop to `args.steps` optimizer steps as a rank of `comm`, with a progress bar on a
+/// terminal (lines on stderr otherwise; rank 0 only); Ctrl-C saves a checkpoint and ends the
+/// run cleanly. `config` identifies the run: a resumed checkpoint must have been written with
+/// the same.
 pub fn train(
     trainer: &mut Trainer,
     batcher: &mut Batcher,
     args: &LoopArgs,
     output: Output,
     config: serde_json::Value,
+    comm: &mut dyn Collective,
 ) -> Result<()> {
     let cfg = args.loop_config(output, config);
     let stop = Arc::new(AtomicBool::new(false));
@@ -243,7 +251,7 @@ pub fn train(
         bar: None,
         steps: cfg.steps,
     };
-    match lib::fit(trainer, batcher, &cfg, &stop, &mut progress) {
+    match lib::fit_data_parallel(trainer, batcher, &cfg, &stop, &mut progress, comm) {
         Ok(_) => Ok(()),
         Err(e) => {
             if let Some(bar) = &progress.bar {
@@ -344,6 +352,14 @@ impl LoopObserver for Progress {
                 _ => String::new(),
             }
         );
+        if s.ranks > 1 {
+            eprintln!(
+                "{} ranks: {:.1} ms per step in the gradient all-reduce ({:.1}% of the time)",
+                s.ranks,
+                1e3 * s.reduce_secs / s.steps_run.max(1) as f64,
+                100.0 * s.reduce_secs / secs
+            );
+        }
     }
 
     fn on_end(&mut self, outcome: &LoopOutcome) {

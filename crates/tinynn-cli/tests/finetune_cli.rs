@@ -465,3 +465,31 @@ fn ctrl_c_saves_a_checkpoint_and_exits_cleanly() {
     assert_eq!(out.code, Some(0), "{}", out.stderr);
     assert!(out_dir.join("adapter.gguf").is_file());
 }
+
+/// A `tnn` built without the `mpi` feature, started as one of several MPI processes, refuses
+/// to train (N copies of one run would fight over --out) and says how to get MPI support.
+#[cfg(not(feature = "mpi"))]
+#[test]
+fn without_the_mpi_feature_a_process_of_an_mpi_job_refuses_to_train() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = text_file(dir.path());
+    for var in ["OMPI_COMM_WORLD_SIZE", "PMI_SIZE"] {
+        let out = tnn()
+            .args(["finetune", "-m"])
+            .arg(tiny_model())
+            .arg("--data")
+            .arg(&data)
+            .args(["--lora", "--seq", "16", "--steps", "1", "--out"])
+            .arg(dir.path().join("out"))
+            .env(var, "2")
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success());
+        assert!(
+            err.contains("one of 2 started by mpirun") && err.contains("--features mpi"),
+            "{err}"
+        );
+        assert!(!dir.path().join("out").exists(), "nothing is written");
+    }
+}

@@ -76,14 +76,22 @@ impl Drop for DirLock {
     }
 }
 
-/// Whether process `pid` exists. Where that cannot be told (no `/proc`), every holder is
-/// taken to be alive: refusing is safe, and the error names the file to remove.
+/// Whether process `pid` exists and has not ended (a zombie, ended but not yet reaped by its
+/// parent, holds nothing). Where that cannot be told (no `/proc`), every holder is taken to
+/// be alive: refusing is safe, and the error names the file to remove.
 fn alive(pid: u32) -> bool {
     let proc_root = Path::new("/proc");
     if !proc_root.join("self").exists() {
         return true;
     }
-    proc_root.join(pid.to_string()).exists()
+    let Ok(stat) = std::fs::read_to_string(proc_root.join(pid.to_string()).join("stat")) else {
+        return false;
+    };
+    // "pid (comm) S ...": the state follows the last ')' (comm may hold one).
+    let state = stat
+        .rfind(')')
+        .and_then(|i| stat[i + 1..].trim_start().chars().next());
+    !matches!(state, Some('Z' | 'X'))
 }
 
 #[cfg(test)]
@@ -113,5 +121,29 @@ mod tests {
             let again = DirLock::acquire(dir.path()).unwrap();
             drop(again);
         }
+    }
+
+    #[test]
+    fn a_lock_of_a_process_that_ended_but_was_not_reaped_is_stale() {
+        if !Path::new("/proc/self").exists() {
+            return;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        // A child that has exited and that nobody has waited for yet: a zombie.
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let stat = format!("/proc/{}/stat", child.id());
+        let t = std::time::Instant::now();
+        while !std::fs::read_to_string(&stat).is_ok_and(|s| s.contains(") Z")) {
+            assert!(
+                t.elapsed().as_secs() < 10,
+                "the child never became a zombie"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        assert!(!alive(child.id()));
+        assert!(alive(std::process::id()));
+        std::fs::write(dir.path().join(LOCK_FILE), child.id().to_string()).unwrap();
+        drop(DirLock::acquire(dir.path()).unwrap());
+        child.wait().unwrap();
     }
 }

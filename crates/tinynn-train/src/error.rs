@@ -75,8 +75,9 @@ pub enum TrainError {
     /// A resumed checkpoint was written by a run with another identity
     /// (`LoopConfig::run_identity`).
     #[error(
-        "--resume: {} was written by a run with other settings ({checkpoint}); this run has {run}",
-        path.display()
+        "--resume: {} was written by a run with other settings: {}",
+        path.display(),
+        settings_differences(checkpoint, run)
     )]
     ResumeMismatch {
         /// The checkpoint.
@@ -95,6 +96,42 @@ pub enum TrainError {
         /// The step of the newest checkpoint; `None` when there is none.
         last_checkpoint: Option<u64>,
     },
+}
+
+/// What differs between two run identities (JSON objects): `key: A in the checkpoint, B in
+/// this run` for each key; both whole when they are not objects.
+fn settings_differences(checkpoint: &str, run: &str) -> String {
+    use serde_json::{Map, Value};
+    let parse = |s: &str| match serde_json::from_str::<Value>(s) {
+        Ok(Value::Object(m)) => Some(m),
+        _ => None,
+    };
+    let (Some(a), Some(b)) = (parse(checkpoint), parse(run)) else {
+        return format!("{checkpoint} in the checkpoint; this run has {run}");
+    };
+    let show = |m: &Map<String, Value>, k: &str| m.get(k).map_or("unset".into(), Value::to_string);
+    let mut keys: Vec<&String> = a.keys().chain(b.keys()).collect();
+    keys.sort();
+    keys.dedup();
+    let diffs: Vec<String> = keys
+        .into_iter()
+        .filter(|k| a.get(*k) != b.get(*k))
+        .map(|k| {
+            let hint = match k.as_str() {
+                "ranks" => " (a checkpoint resumes under mpirun with the ranks that wrote it)",
+                _ => "",
+            };
+            format!(
+                "{k} is {} in the checkpoint, {} in this run{hint}",
+                show(&a, k),
+                show(&b, k)
+            )
+        })
+        .collect();
+    match diffs.is_empty() {
+        true => format!("{checkpoint} in the checkpoint; this run has {run}"),
+        false => diffs.join("; "),
+    }
 }
 
 fn last_checkpoint_text(step: Option<u64>) -> String {
