@@ -31,6 +31,7 @@ fn tiny_gguf(dir: &Path) -> PathBuf {
         .arg("convert")
         .arg(tiny_hf())
         .arg(&p)
+        .arg("f32")
         .output()
         .unwrap();
     assert!(
@@ -169,30 +170,60 @@ fn weights_rel(a: &Path, b: &Path) -> (f64, f64) {
     (worst, if all.is_nan() { f64::INFINITY } else { all })
 }
 
-fn equivalence(lora: bool) {
+/// What a run of [`equivalence`] trains.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Kind {
+    /// Every weight of the F32 fixture.
+    Full,
+    /// A LoRA adapter on the F32 fixture.
+    Lora,
+    /// A LoRA adapter on the fixture quantized to Q8_0.
+    Qlora,
+    /// A model from scratch (`tnn train`, the fixture's tokenizer).
+    Scratch,
+}
+
+fn equivalence(kind: Kind) {
     let dir = tempfile::tempdir().unwrap();
-    let (model, data) = (tiny_gguf(dir.path()), text_file(dir.path()));
+    let (mut model, data) = (tiny_gguf(dir.path()), text_file(dir.path()));
+    if kind == Kind::Qlora {
+        let q = dir.path().join("tiny-q8_0.gguf");
+        let out = tnn()
+            .arg("quantize")
+            .arg(&model)
+            .arg(&q)
+            .arg("q8_0")
+            .output();
+        ok(out.unwrap(), "quantize");
+        model = q;
+    }
+    let config = dir.path().join("scratch.json");
+    let scratch = r#"{"n_embd": 32, "n_layer": 2, "n_head": 4, "n_head_kv": 2, "n_ff": 64}"#;
+    std::fs::write(&config, scratch).unwrap();
     let (one, two) = (dir.path().join("one"), dir.path().join("two"));
-    // LoRA at a tenth of the rate: Adam turns rounding-level differences of a gradient near
-    // zero into steps of ±lr, and a LoRA factor starting at zero has many such elements (at
-    // 5e-3 the worst step differs by 1.0e-5, at 1e-3 see the printed values).
-    let extra: &[&str] = if lora { &LORA } else { &[] };
+    let lora = matches!(kind, Kind::Lora | Kind::Qlora);
     let args = |out: &Path, batch: usize| -> Vec<String> {
         let mut a = finetune_args(&model, &data, out, batch, 10);
+        if kind == Kind::Scratch {
+            // `tnn train --config C --tokenizer MODEL` in place of `tnn finetune -m MODEL`.
+            a[0] = "train".into();
+            a[1] = "--tokenizer".into();
+            a.splice(0..0, ["--config".to_string(), config.display().to_string()]);
+            a.rotate_left(2);
+        }
         if lora {
+            // A LoRA factor starts at zero, where Adam's steps are all rounding-sensitive
+            // signs at first: a lower rate keeps 10 steps well inside the tolerance (at 5e-3
+            // the worst step's loss differs by 1.0e-5).
             let i = a.iter().position(|s| s == "--lr").unwrap();
             a[i + 1] = "1e-3".into();
+            a.extend(LORA.map(String::from));
         }
         a
     };
-    let out = tnn().args(args(&one, 4)).args(extra).output().unwrap();
-    ok(out, "one process");
-    let out = mpirun(2, "equivalence")
-        .args(args(&two, 2))
-        .args(extra)
-        .output()
-        .unwrap();
-    let err = ok(out, "two ranks");
+    ok(tnn().args(args(&one, 4)).output().unwrap(), "one process");
+    let out = mpirun(2, "equivalence").args(args(&two, 2)).output();
+    let err = ok(out.unwrap(), "two ranks");
     assert!(
         err.contains("2 ranks:") && err.contains("all-reduce"),
         "{err}"
@@ -200,36 +231,45 @@ fn equivalence(lora: bool) {
     let (a, b) = (losses(&one), losses(&two));
     assert_eq!(a.len(), 10);
     assert_eq!(a.len(), b.len());
+    let mut worst_loss = 0f64;
     for ((s, x), (t, y)) in a.iter().zip(&b) {
         assert_eq!(s, t);
         let rel = ((x - y).abs() / x.abs().max(1e-30)) as f64;
-        eprintln!("lora {lora}, step {s}: loss {x} vs {y} (rel {rel:.1e})");
-    }
-    for ((s, x), (_, y)) in a.iter().zip(&b) {
-        let rel = ((x - y).abs() / x.abs().max(1e-30)) as f64;
-        assert!(rel < 1e-5, "lora {lora}, step {s}: loss {x} vs {y}");
+        assert!(rel < 1e-5, "{kind:?}, step {s}: loss {x} vs {y}");
+        worst_loss = worst_loss.max(rel);
     }
     let file = if lora { "adapter.gguf" } else { "model.gguf" };
     let (worst, all) = weights_rel(&one.join(file), &two.join(file));
     eprintln!(
-        "lora {lora}: final weights differ by {all:.2e} (relative L2; worst tensor {worst:.2e})"
+        "{kind:?}: losses within {worst_loss:.1e}; final weights differ by {all:.2e} \
+         (relative L2; worst tensor {worst:.2e})"
     );
-    // Every weight of a full fine-tune is held to 1e-5 tensor by tensor. A LoRA `B` starts at
-    // zero and after 10 steps is ~100× smaller than `A`: the same absolute rounding (~4e-7,
-    // sums of per-token gradients taken in another order) is ~2e-5 of it, so the adapter is
-    // held to 1e-5 as a whole.
+    // Every weight of a model is held to 1e-5 tensor by tensor. A LoRA `B` starts at zero
+    // and after 10 steps is ~20× smaller than `A`: the same absolute rounding (~4e-7, sums of
+    // per-token gradients taken in another order) is ~2e-5 of it, so an adapter is held to
+    // 1e-5 as a whole.
     let w = if lora { all } else { worst };
-    assert!(w < 1e-5, "lora {lora}: weights differ by {w:e}");
+    assert!(w < 1e-5, "{kind:?}: weights differ by {w:e}");
 }
 
 #[test]
 fn two_ranks_of_batch_2_match_one_process_of_batch_4_full() {
-    equivalence(false);
+    equivalence(Kind::Full);
 }
 
 #[test]
 fn two_ranks_of_batch_2_match_one_process_of_batch_4_lora() {
-    equivalence(true);
+    equivalence(Kind::Lora);
+}
+
+#[test]
+fn two_ranks_of_batch_2_match_one_process_of_batch_4_qlora() {
+    equivalence(Kind::Qlora);
+}
+
+#[test]
+fn two_ranks_of_batch_2_match_one_process_of_batch_4_from_scratch() {
+    equivalence(Kind::Scratch);
 }
 
 #[test]
