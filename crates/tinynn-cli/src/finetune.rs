@@ -70,6 +70,7 @@ pub fn run(args: &FinetuneArgs, comm: &mut dyn Collective) -> Result<()> {
         None
     };
     let cfg = la.train_config(lora);
+    crate::ranks::warn_if_crowded(cfg.threads, comm);
     let mut trainer =
         Trainer::new(model.source(), cfg).with_context(|| format!("loading {}", path.display()))?;
     let mut batcher = la.batcher(

@@ -8,8 +8,68 @@
 //! feature refuses to run as one of several MPI processes rather than train N copies of the
 //! same model into one directory.
 
+use std::sync::OnceLock;
+
 use anyhow::{bail, Result};
 use tinynn_train::collective::{Collective, Solo};
+
+/// Set once MPI has told how many ranks share this machine.
+static CORES_PER_RANK: OnceLock<usize> = OnceLock::new();
+
+/// The cores this process should use for its threads: those the system lets it run on, or,
+/// under an `mpirun` that bound nothing (every rank may run on every core), its share of them
+/// among the ranks on this machine.
+pub fn cores_per_rank() -> usize {
+    CORES_PER_RANK
+        .get()
+        .copied()
+        .unwrap_or_else(crate::generate::all_cores)
+}
+
+/// `available` cores for this process (its affinity), `online` on the machine, `local` ranks
+/// on it: the cores that are this rank's.
+#[cfg_attr(not(feature = "mpi"), allow(dead_code))] // (and the tests)
+fn share(available: usize, online: usize, local: usize) -> usize {
+    if local > 1 && available >= online {
+        (available / local).max(1)
+    } else {
+        available.max(1)
+    }
+}
+
+/// The machine's online CPUs (`/sys/devices/system/cpu/online`, e.g. `0-3,6,8-9`).
+#[cfg_attr(not(feature = "mpi"), allow(dead_code))] // (and the tests)
+fn online_cpus() -> Option<usize> {
+    let list = std::fs::read_to_string("/sys/devices/system/cpu/online").ok()?;
+    let mut n = 0;
+    for part in list.trim().split(',') {
+        n += match part.split_once('-') {
+            Some((a, b)) => b.parse::<usize>().ok()?.checked_sub(a.parse().ok()?)? + 1,
+            None => part.parse::<usize>().map(|_| 1).ok()?,
+        };
+    }
+    Some(n)
+}
+
+/// Whether a data-parallel step should sum gradients during its backward pass: only when a
+/// core of this rank's is left for it. MPI waits by spinning; beside threads that fill every
+/// core it takes their time (measured on 2 cores, 2 ranks × 1 thread, full fine-tuning:
+/// 28.5 s with overlap against 22.8 s without).
+pub fn overlap_by_default(threads: usize) -> bool {
+    cores_per_rank() > threads
+}
+
+/// Rank 0's hint when the ranks have fewer cores than threads.
+pub fn warn_if_crowded(threads: usize, comm: &dyn Collective) {
+    let cores = cores_per_rank();
+    if comm.size() > 1 && comm.rank() == 0 && threads > cores {
+        eprintln!(
+            "warning: each rank runs {threads} threads on {cores} core(s) of its own; mpirun \
+             binds each rank to one core unless told otherwise (Open MPI: `--bind-to none`, or \
+             `--map-by slot:PE={threads}`)"
+        );
+    }
+}
 
 /// The job size an MPI launcher gave this process, from its environment (Open MPI, MPICH and
 /// Intel MPI's Hydra, MVAPICH, PMIx); `None` when not started by one.
@@ -47,11 +107,17 @@ fn run_mpi(n: usize, _f: impl FnOnce(&mut dyn Collective) -> Result<()>) -> Resu
 fn run_mpi(n: usize, f: impl FnOnce(&mut dyn Collective) -> Result<()>) -> Result<()> {
     use mpi::traits::Communicator;
 
-    let Some(universe) = mpi::initialize() else {
+    // The compute threads (the pool, and the backward pass a step runs beside its
+    // reductions) never call MPI; only this thread does.
+    let Some((universe, _)) = mpi::initialize_with_threading(mpi::Threading::Funneled) else {
         bail!("MPI was already initialized in this process");
     };
     let world = universe.world();
     let (rank, size) = (world.rank() as usize, world.size() as usize);
+    let local = world.split_shared(rank as i32).size() as usize;
+    let available = crate::generate::all_cores();
+    let online = online_cpus().unwrap_or(available);
+    let _ = CORES_PER_RANK.set(share(available, online, local));
     if size != n {
         bail!("the launcher says {n} processes, MPI's world has {size}");
     }
@@ -120,5 +186,23 @@ mod mpi_collective {
                 .all_reduce_into(&send[..], values, SystemOperation::max());
             Ok(())
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ranks_on_one_machine_share_its_cores_unless_bound() {
+        // Unbound: every rank sees all 8 cores.
+        assert_eq!(share(8, 8, 2), 4);
+        assert_eq!(share(8, 8, 3), 2);
+        assert_eq!(share(2, 2, 4), 1);
+        // Bound by mpirun to their own cores, or alone.
+        assert_eq!(share(1, 8, 2), 1);
+        assert_eq!(share(4, 8, 2), 4);
+        assert_eq!(share(8, 8, 1), 8);
+        assert!(online_cpus().is_some_and(|n| n >= 1));
     }
 }

@@ -67,6 +67,7 @@ pub fn run(args: &TrainArgs, comm: &mut dyn Collective) -> Result<()> {
         None
     };
     let cfg = la.train_config(None);
+    crate::ranks::warn_if_crowded(cfg.threads, comm);
     let meta = export_metadata(&config, &tok_file);
     let mut trainer = Trainer::new(
         TrainSource::Random {

@@ -4,6 +4,7 @@
 //! - Equivalence: 2 ranks × `--batch 2` give the per-step losses of 1 process × `--batch 4`
 //!   within 1e-5 (relative), and final weights within 1e-5 (relative L2, tensor by tensor),
 //!   for full fine-tuning and LoRA, with gradient accumulation.
+//! - Summing gradients during the backward pass (`--overlap on`) changes no bit.
 //! - Resume under MPI is bit-exact; a resume with another number of ranks is refused.
 //! - A rank killed mid-run ends the job with an error within a bounded time, and the last
 //!   checkpoint resumes.
@@ -250,6 +251,26 @@ fn equivalence(kind: Kind) {
     // 1e-5 as a whole.
     let w = if lora { all } else { worst };
     assert!(w < 1e-5, "{kind:?}: weights differ by {w:e}");
+    // Summing during the backward pass (forced: each rank here has one core, so `auto` sums
+    // after it) adds the same two numbers for every value: the same run, bit for bit.
+    let overlapped = dir.path().join("overlapped");
+    let out = mpirun(2, "overlap")
+        .args(args(&overlapped, 2))
+        .args(["--overlap", "on"])
+        .output();
+    ok(out.unwrap(), "two ranks, overlapped");
+    let bits = |p: &Path| -> Vec<(u64, u32)> {
+        losses(p)
+            .into_iter()
+            .map(|(s, l)| (s, l.to_bits()))
+            .collect()
+    };
+    assert_eq!(bits(&two), bits(&overlapped), "{kind:?}");
+    let read = |p: &Path| std::fs::read(p.join(file)).unwrap();
+    assert!(
+        read(&two) == read(&overlapped),
+        "{kind:?}: overlap changed the weights"
+    );
 }
 
 #[test]

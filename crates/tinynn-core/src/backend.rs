@@ -39,6 +39,10 @@ impl WeightRef {
     }
 }
 
+/// What [`Backend::run_observed`] calls with each watched tensor once it is final: the
+/// tensor and its bytes.
+pub type Ready<'a> = dyn Fn(TensorId, &[u8]) + Sync + 'a;
+
 pub trait Backend: Send {
     /// Weights bound for, and persistent tensors owned on behalf of, one plan.
     type Memory: Send;
@@ -173,6 +177,27 @@ pub trait Backend: Send {
 
     /// Runs every step of `plan`.
     fn run(&mut self, plan: &Plan, mem: &mut Self::Memory) -> Result<(), Self::Error>;
+
+    /// Runs every step of `plan` and hands out persistent tensors as soon as they are final:
+    /// for each `(step, t)` of `watch` (ascending steps; `step` is the last one writing `t`,
+    /// [`Plan::last_writes`]), `ready(t, bytes)` is called once with `t`'s bytes after that
+    /// step ends, while the later steps may still be running, on one thread, in `watch`'s
+    /// order. A data-parallel backward pass starts reducing its first gradients this way
+    /// while it computes the rest. This default calls `ready` for every entry after the run,
+    /// which is correct for any backend; the CPU calls it mid-run.
+    fn run_observed(
+        &mut self,
+        plan: &Plan,
+        mem: &mut Self::Memory,
+        watch: &[(usize, TensorId)],
+        ready: &Ready<'_>,
+    ) -> Result<(), Self::Error> {
+        self.run(plan, mem)?;
+        for &(_, t) in watch {
+            ready(t, self.persistent(mem, plan, t)?);
+        }
+        Ok(())
+    }
 
     /// Appends the values of F32 output or persistent tensor `t` to `out`.
     fn read_f32(

@@ -299,6 +299,24 @@ impl Plan {
         &self.persistents
     }
 
+    /// For each of `roots` (tensors that own their memory, e.g. persistent leaves): the index
+    /// of the last step that writes into its memory (its own node, or a node computed into
+    /// it or into a view of it), `None` when no step does. After that step's end the tensor's
+    /// bytes are final for the run: later steps can only read them.
+    pub fn last_writes(&self, roots: &[TensorId]) -> Vec<Option<usize>> {
+        let mut slot = std::collections::HashMap::with_capacity(roots.len());
+        for (i, &r) in roots.iter().enumerate() {
+            slot.insert(r, i);
+        }
+        let mut last = vec![None; roots.len()];
+        for (step, s) in self.steps.iter().enumerate() {
+            if let Some(&i) = slot.get(&self.graph.root(s.node).0) {
+                last[i] = Some(step);
+            }
+        }
+        last
+    }
+
     pub fn buffers(&self) -> &[ArenaBuffer] {
         &self.buffers
     }

@@ -6,7 +6,7 @@
 
 use std::sync::Arc;
 
-use tinynn_core::backend::{Backend, WeightRef};
+use tinynn_core::backend::{Backend, Ready, WeightRef};
 use tinynn_core::graph::Graph;
 use tinynn_core::plan::Plan;
 use tinynn_core::tensor::TensorId;
@@ -169,6 +169,16 @@ impl Backend for Executor {
 
     fn run(&mut self, plan: &Plan, mem: &mut Memory<'static>) -> Result<(), ExecError> {
         Executor::run(self, plan, mem)
+    }
+
+    fn run_observed(
+        &mut self,
+        plan: &Plan,
+        mem: &mut Memory<'static>,
+        watch: &[(usize, TensorId)],
+        ready: &Ready<'_>,
+    ) -> Result<(), ExecError> {
+        Executor::run_observed(self, plan, mem, watch, ready)
     }
 
     fn read_f32(

@@ -10,6 +10,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
+use tinynn_core::backend::Ready;
 use tinynn_core::plan::{Location, Plan, Region};
 use tinynn_core::tensor::TensorId;
 use tinynn_format::GgmlType;
@@ -38,6 +39,12 @@ pub enum ExecError {
     /// The run was started from inside a job of a thread pool (it would deadlock).
     #[error("a plan was run from inside a thread-pool job")]
     NestedRun,
+    #[error("cannot watch '{name}' after step {step}: {why}")]
+    BadWatch {
+        name: String,
+        step: usize,
+        why: &'static str,
+    },
 }
 
 /// How an executor runs plans.
@@ -156,6 +163,12 @@ struct Job<'a> {
     /// `claims[i % 2]`, which thread 0 zeroes after the barrier that ends step `i` (no
     /// thread touches it again before the barrier ending step `i + 1`).
     claims: &'a [AtomicUsize; 2],
+    /// `(step, t)`: persistent `t` is final after `step` (checked against the plan);
+    /// thread 0 hands it to `ready` then, ascending.
+    watch: &'a [(usize, TensorId)],
+    ready: Option<&'a Ready<'a>>,
+    /// Bytes of each persistent slot's buffer.
+    persistent_lens: &'a [usize],
 }
 
 impl Job<'_> {
@@ -175,9 +188,32 @@ impl Job<'_> {
         }
     }
 
+    /// The bytes of persistent tensor `t`, once no step writes them any more.
+    fn final_persistent(&self, t: TensorId) -> &[u8] {
+        let Some(Location {
+            region: Region::Persistent(i),
+            ..
+        }) = self.plan.location(t)
+        else {
+            return &[];
+        };
+        let i = i as usize;
+        let (base, len) = (self.bases[1 + self.n_weights + i], self.persistent_lens[i]);
+        if len == 0 {
+            return &[];
+        }
+        // SAFETY: `base` is the start of persistent slot `i`'s buffer of `len` bytes, which
+        // the run borrows mutably from its `Memory` until every thread is done. The watch
+        // list was checked against `Plan::last_writes`: the last step writing `t` has passed
+        // its barrier and no later step writes these bytes, so while this shared slice lives
+        // they are only read (by later steps and by the caller).
+        unsafe { std::slice::from_raw_parts(base as *const u8, len) }
+    }
+
     /// Runs every step; `at` follows the step this thread is in (read when it panics).
     fn run(&self, ctx: &crate::pool::Ctx<'_>, at: &mut usize) {
         let g = self.plan.graph();
+        let mut watched = 0;
         for (i, step) in self.plan.steps().iter().enumerate() {
             *at = i;
             let started = self.trace.map(|(_, t0)| t0.elapsed().as_nanos() as u64);
@@ -243,6 +279,15 @@ impl Job<'_> {
             }
             if ctx.ith == 0 {
                 self.claims[i % 2].store(0, Ordering::Relaxed);
+                if let Some(ready) = self.ready {
+                    while let Some(&(step, t)) = self.watch.get(watched) {
+                        if step != i {
+                            break;
+                        }
+                        ready(t, self.final_persistent(t));
+                        watched += 1;
+                    }
+                }
             }
         }
     }
@@ -311,6 +356,48 @@ impl Executor {
 
     /// Runs every step of `plan` against `mem` (made by `Memory::new(plan)`).
     pub fn run(&mut self, plan: &Plan, mem: &mut Memory<'_>) -> Result<(), ExecError> {
+        self.run_inner(plan, mem, &[], None)
+    }
+
+    /// [`Executor::run`], calling `ready(t, bytes)` for each `(step, t)` of `watch` as soon as
+    /// `step` has ended (on thread 0, while the other threads go on): `watch` is ascending, and
+    /// `step` must be the last step that writes persistent tensor `t`
+    /// ([`Plan::last_writes`]). See [`Backend::run_observed`](tinynn_core::backend::Backend).
+    pub fn run_observed(
+        &mut self,
+        plan: &Plan,
+        mem: &mut Memory<'_>,
+        watch: &[(usize, TensorId)],
+        ready: &Ready<'_>,
+    ) -> Result<(), ExecError> {
+        let targets: Vec<TensorId> = watch.iter().map(|&(_, t)| t).collect();
+        let last = plan.last_writes(&targets);
+        let mut previous = 0;
+        for (&(step, t), last) in watch.iter().zip(last) {
+            let why = match plan.location(t).map(|l| l.region) {
+                Some(Region::Persistent(_)) if last != Some(step) => {
+                    "it is not the last step writing it"
+                }
+                Some(Region::Persistent(_)) if step < previous => "the steps are not ascending",
+                Some(Region::Persistent(_)) => {
+                    previous = step;
+                    continue;
+                }
+                _ => "it is not a persistent tensor of this plan",
+            };
+            let name = plan.graph().node(t).name.clone();
+            return Err(ExecError::BadWatch { name, step, why });
+        }
+        self.run_inner(plan, mem, watch, Some(ready))
+    }
+
+    fn run_inner(
+        &mut self,
+        plan: &Plan,
+        mem: &mut Memory<'_>,
+        watch: &[(usize, TensorId)],
+        ready: Option<&Ready<'_>>,
+    ) -> Result<(), ExecError> {
         if mem.weights.len() != plan.weights().len()
             || mem.persistent.len() != plan.persistents().len()
         {
@@ -352,6 +439,7 @@ impl Executor {
             spans.iter().for_each(|s| s.store(0, Ordering::Relaxed));
         }
         let claims = [AtomicUsize::new(0), AtomicUsize::new(0)];
+        let persistent_lens: Vec<usize> = mem.persistent.iter().map(|p| p.len()).collect();
         let job = Job {
             plan,
             span_threads: self.n_threads,
@@ -365,6 +453,9 @@ impl Executor {
             bf16_matmul: self.bf16_matmul,
             trace: self.spans.as_deref().map(|s| (s, Instant::now())),
             claims: &claims,
+            watch,
+            ready,
+            persistent_lens: &persistent_lens,
         };
         let panic_steps = &self.panic_steps;
         let ran = self.pool.run_on(self.threads.active, &|ctx| {

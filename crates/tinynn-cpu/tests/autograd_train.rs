@@ -243,3 +243,66 @@ fn resetting_gradients_keeps_adamw_state() {
         assert_eq!(&exec.read_f32(&m.plan, &mem, t).unwrap(), b);
     }
 }
+
+/// `run_observed` hands each gradient buffer out once its last writer has run — before the
+/// backward pass ends for all but the last one — with the bytes the run ends with, in step
+/// order, on 1, 2 and 3 threads; a watch at another step, or of a tensor that is not
+/// persistent, is refused before anything runs.
+#[test]
+fn gradient_buffers_are_handed_out_as_soon_as_they_are_final() {
+    let m = mlp(GradMode::Accumulate, false);
+    let buffers = &m.grads.buffers;
+    let last = m.plan.last_writes(buffers);
+    let mut watch: Vec<(usize, TensorId)> = last
+        .iter()
+        .zip(buffers)
+        .map(|(s, &t)| (s.expect("every buffer is written"), t))
+        .collect();
+    watch.sort_unstable();
+    let n_steps = m.plan.steps().len();
+    // The backward pass reaches the output layer's parameters first.
+    assert!(watch[0].0 + 1 < n_steps, "{watch:?} of {n_steps} steps");
+    assert!(watch.windows(2).all(|w| w[0].0 < w[1].0), "{watch:?}");
+    for threads in 1..=3 {
+        let mut mem = Memory::new(&m.plan);
+        init(&m, &mut mem);
+        let (x, labels) = data(threads as u64);
+        mem.write_f32(&m.plan, m.x, &x).unwrap();
+        mem.write_i32(&m.plan, m.labels, &labels).unwrap();
+        let mut exec = Executor::new(&m.plan, threads);
+        let seen = std::sync::Mutex::new(Vec::new());
+        let ready = |t: TensorId, bytes: &[u8]| {
+            let v: Vec<f32> = bytemuck::cast_slice(bytes).to_vec();
+            seen.lock().unwrap().push((t, v));
+        };
+        exec.run_observed(&m.plan, &mut mem, &watch, &ready)
+            .unwrap();
+        let seen = seen.into_inner().unwrap();
+        assert_eq!(seen.len(), watch.len());
+        for ((t, v), &(_, w)) in seen.iter().zip(&watch) {
+            assert_eq!(*t, w);
+            assert_eq!(
+                *v,
+                exec.read_f32(&m.plan, &mem, w).unwrap(),
+                "{threads} threads"
+            );
+            assert!(v.iter().any(|&g| g != 0.0));
+        }
+    }
+    let mut mem = Memory::new(&m.plan);
+    let mut exec = Executor::new(&m.plan, 1);
+    let none = |_: TensorId, _: &[u8]| panic!("nothing may be handed out");
+    let early = [(watch[1].0 - 1, watch[1].1)];
+    let err = exec.run_observed(&m.plan, &mut mem, &early, &none);
+    assert!(err
+        .unwrap_err()
+        .to_string()
+        .contains("is not the last step writing it"),);
+    let input = [(watch[0].0, m.loss)];
+    let err = exec.run_observed(&m.plan, &mut mem, &input, &none);
+    assert!(err.unwrap_err().to_string().contains("not a persistent"));
+    let mut backwards = watch.clone();
+    backwards.reverse();
+    let err = exec.run_observed(&m.plan, &mut mem, &backwards, &none);
+    assert!(err.unwrap_err().to_string().contains("not ascending"));
+}

@@ -46,6 +46,7 @@ pub mod train_loop;
 pub mod trainer;
 
 pub use error::{Result, TrainError};
+pub use grad_reduce::{BUCKET, OVERLAP_BYTES};
 pub use lora::{LoraConfig, Targets};
 pub use optim::Optimizer;
 pub use params::NamedTensor;

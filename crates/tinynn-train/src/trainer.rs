@@ -52,6 +52,12 @@ pub struct TrainConfig {
     /// to bf16 and accumulate in f32 (`tinynn_cpu::ExecOptions::bf16_matmul`; needs AVX-512
     /// BF16, f32 otherwise). Off by default.
     pub bf16_matmul: bool,
+    /// Data-parallel steps: up to this many bytes of gradients are summed across the ranks
+    /// during the last micro-batch's backward pass, each as soon as it is final, from a
+    /// staging copy of that size (default [`crate::OVERLAP_BYTES`], 1 GiB; 0:
+    /// none, every sum after the pass). The sums are the same either way; only when the time
+    /// is spent changes.
+    pub overlap_bytes: usize,
 }
 
 impl Default for TrainConfig {
@@ -67,6 +73,7 @@ impl Default for TrainConfig {
             trace: false,
             lora: None,
             bf16_matmul: false,
+            overlap_bytes: crate::OVERLAP_BYTES,
         }
     }
 }
@@ -394,6 +401,8 @@ impl<B: Backend> Trainer<B> {
         }
         let n = self.micro_batch_tokens();
         let mut loss_sum = 0f64;
+        let mut waited = 0f64;
+        let overlap = comm.size() > 1 && self.cfg.overlap_bytes > 0;
         let micro = ids.chunks_exact(n).zip(labels.chunks_exact(n));
         for (k, (ids, labels)) in micro.enumerate() {
             // Each rank draws its own masks from the one shared RNG stream.
@@ -403,9 +412,22 @@ impl<B: Backend> Trainer<B> {
             let n_vocab = self.hparams.n_vocab;
             let norm = norms.map(|n| n[k]);
             write_labels(b, (&mut g.mem, &g.plan), &g.fwd, labels, n_vocab, norm)?;
-            if let Err(e) = b.run(&g.plan, &mut g.mem) {
-                self.zero_grads()?;
-                return Err(backend_err(e));
+            let ran = if overlap && k + 1 == self.cfg.accum {
+                // The gradients are final after this pass: reduce each as it becomes so.
+                let at = (&mut g.mem, &g.plan);
+                let limit = self.cfg.overlap_bytes;
+                self.reducer.run_overlapped(b, at, &g.buffers, limit, comm)
+            } else {
+                b.run(&g.plan, &mut g.mem)
+                    .map(|()| 0.0)
+                    .map_err(backend_err)
+            };
+            match ran {
+                Ok(secs) => waited += secs,
+                Err(e) => {
+                    self.zero_grads()?;
+                    return Err(e);
+                }
             }
             let at = (&g.mem, &g.plan);
             loss_sum += f64::from(scalar(b, at, g.fwd.loss, &mut self.scalar)?);
@@ -435,7 +457,7 @@ impl<B: Backend> Trainer<B> {
             };
             loss_sum = f64::from(self.votes[0]);
             votes.copy_from_slice(&self.votes[1..]);
-            self.reduce_secs += started.elapsed().as_secs_f64();
+            self.reduce_secs += waited + started.elapsed().as_secs_f64();
             sq as f32
         } else {
             let g = &self.grad;
@@ -470,9 +492,16 @@ impl<B: Backend> Trainer<B> {
         })
     }
 
-    /// Seconds spent in the all-reduce of data-parallel steps so far (0 for one process).
+    /// Seconds data-parallel steps so far have waited for the all-reduce after their backward
+    /// passes (0 for one process): its cost in step time, what overlap did not hide.
     pub fn reduce_secs(&self) -> f64 {
         self.reduce_secs
+    }
+
+    /// Seconds spent in the collective's sums so far, overlapped with the backward pass or
+    /// not (0 for one process).
+    pub fn reduce_comm_secs(&self) -> f64 {
+        self.reducer.comm_secs
     }
 
     fn apply_update(&mut self, lr: f32, clip: f32) -> Result<()> {

@@ -23,7 +23,9 @@ use tinynn_train::data::{
 };
 use tinynn_train::metrics::{self, StepMetrics};
 use tinynn_train::train_loop::{fit_data_parallel, LoopConfig, LoopOutcome, Output};
-use tinynn_train::{LoraConfig, NamedTensor, Targets, TrainConfig, TrainError, Trainer};
+use tinynn_train::{
+    LoraConfig, NamedTensor, Targets, TrainConfig, TrainError, Trainer, OVERLAP_BYTES,
+};
 
 const SEQ: usize = 16;
 
@@ -67,8 +69,9 @@ fn batcher(batch: usize) -> Batcher {
     Batcher::new(Box::new(Masked(source)), cfg).unwrap()
 }
 
-fn trainer(batch: usize, lora: bool) -> Trainer {
+fn trainer(batch: usize, lora: bool, overlap_bytes: usize) -> Trainer {
     let cfg = TrainConfig {
+        overlap_bytes,
         seq: SEQ,
         batch,
         accum: 2,
@@ -104,18 +107,33 @@ fn config(out: &Path, steps: u64, lora: bool) -> LoopConfig {
 
 struct Run {
     outcome: LoopOutcome,
+    /// Rank 0's metrics log.
+    metrics: Vec<StepMetrics>,
     params: Vec<NamedTensor>,
 }
 
 /// Trains `steps` steps as `ranks` threads of batch `global / ranks`; rank 0's outcome and
 /// every rank's final parameters (which must be identical).
 fn run(ranks: usize, global: usize, lora: bool, out: &Path, steps: u64, resume: bool) -> Run {
+    run_overlapping(ranks, global, lora, out, steps, resume, OVERLAP_BYTES)
+}
+
+/// [`run`], with at most `overlap` bytes of gradients reduced during the backward pass.
+fn run_overlapping(
+    ranks: usize,
+    global: usize,
+    lora: bool,
+    out: &Path,
+    steps: u64,
+    resume: bool,
+    overlap: usize,
+) -> Run {
     let handles: Vec<_> = ThreadGroup::new(ranks)
         .into_iter()
         .map(|mut comm| {
             let out = out.to_path_buf();
             std::thread::spawn(move || {
-                let mut t = trainer(global / ranks, lora);
+                let mut t = trainer(global / ranks, lora, overlap);
                 let mut b = batcher(global);
                 let mut cfg = config(&out, steps, lora);
                 cfg.resume = resume;
@@ -125,6 +143,7 @@ fn run(ranks: usize, global: usize, lora: bool, out: &Path, steps: u64, resume: 
                     .unwrap_or_else(|e| panic!("rank of {ranks}: {e}"));
                 Run {
                     outcome,
+                    metrics: metrics::read(&out.join("metrics.jsonl")).unwrap_or_default(),
                     params: t.params().unwrap(),
                 }
             })
@@ -255,7 +274,7 @@ fn a_stop_on_one_rank_stops_every_rank_after_the_same_step() {
         .map(|mut comm| {
             let out = out.path().to_path_buf();
             std::thread::spawn(move || {
-                let mut t = trainer(2, false);
+                let mut t = trainer(2, false, OVERLAP_BYTES);
                 let mut b = batcher(4);
                 let cfg = config(&out, 10, false);
                 // Only rank 1 is asked to stop (as if only its process got the signal).
@@ -283,7 +302,7 @@ fn ranks_that_disagree_or_a_wrong_batch_are_errors_on_every_rank() {
             .map(|mut comm| {
                 let out = out.path().to_path_buf();
                 std::thread::spawn(move || {
-                    let mut t = trainer(2, false);
+                    let mut t = trainer(2, false, OVERLAP_BYTES);
                     let mut b = batcher(global);
                     let mut cfg = config(&out, 2, false);
                     if differ && comm.rank() == 1 {
@@ -315,4 +334,34 @@ fn ranks_that_disagree_or_a_wrong_batch_are_errors_on_every_rank() {
         !out.path().join("metrics.jsonl").exists(),
         "nothing is written"
     );
+}
+
+/// Summing each gradient during the backward pass as soon as it is final, some of them
+/// (a staging budget smaller than the gradients), or all after the pass: the same sums, so
+/// the same run bit for bit; the time in the sums is counted either way.
+#[test]
+fn reducing_during_the_backward_pass_changes_no_bit() {
+    for lora in [false, true] {
+        let mut runs = Vec::new();
+        for overlap in [OVERLAP_BYTES, 6 << 10, 0] {
+            let dir = tempfile::tempdir().unwrap();
+            let r = run_overlapping(2, 4, lora, dir.path(), 4, false, overlap);
+            let s = &r.outcome.summary;
+            assert!(s.reduce_comm_secs > 0.0 && s.reduce_secs > 0.0, "{s:?}");
+            runs.push(r);
+        }
+        let bits = |r: &Run| -> Vec<(u64, u32)> {
+            r.metrics
+                .iter()
+                .map(|m| (m.step, m.loss.to_bits()))
+                .collect()
+        };
+        for r in &runs[1..] {
+            assert_eq!(bits(r), bits(&runs[0]), "lora {lora}");
+            assert!(
+                r.params == runs[0].params,
+                "lora {lora}: the weights differ"
+            );
+        }
+    }
 }

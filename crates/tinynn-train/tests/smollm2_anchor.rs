@@ -118,6 +118,7 @@ fn smollm2_full_finetune_matches_pytorch() {
         trace,
         lora: None,
         bf16_matmul: std::env::var("TINYNN_ANCHOR_BF16").is_ok_and(|v| v == "1"),
+        ..TrainConfig::default()
     };
     let cfg_bf16 = cfg.bf16_matmul;
     let t0 = Instant::now();

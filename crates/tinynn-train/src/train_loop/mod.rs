@@ -243,6 +243,7 @@ pub fn fit_data_parallel<B: Backend>(
                     eval_after: None,
                     ranks,
                     reduce_secs: trainer.reduce_secs(),
+                    reduce_comm_secs: trainer.reduce_comm_secs(),
                 },
                 interrupted: true,
                 resumed_from,
@@ -385,6 +386,7 @@ pub fn fit_data_parallel<B: Backend>(
         eval_after: eval,
         ranks,
         reduce_secs: trainer.reduce_secs(),
+        reduce_comm_secs: trainer.reduce_comm_secs(),
     };
     observer.on_train_end(&summary);
     let mut files = Vec::new();

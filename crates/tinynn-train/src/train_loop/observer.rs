@@ -91,8 +91,12 @@ pub struct TrainSummary {
     pub eval_after: Option<f32>,
     /// Ranks of the data-parallel group (1: one process); `tokens` counts all of theirs.
     pub ranks: usize,
-    /// Seconds this rank spent in the gradient all-reduce (0 for one process).
+    /// Seconds this rank's steps waited for the gradient all-reduce after their backward
+    /// passes (0 for one process).
     pub reduce_secs: f64,
+    /// Seconds this rank spent in the all-reduce's sums, overlapped with the backward pass or
+    /// not (0 for one process).
+    pub reduce_comm_secs: f64,
 }
 
 /// What [`fit`](super::fit) did.

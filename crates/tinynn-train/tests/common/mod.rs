@@ -84,6 +84,7 @@ pub fn train_config(e: &Expected, threads: usize, strict: bool) -> TrainConfig {
         trace: false,
         lora: None,
         bf16_matmul: false,
+        ..TrainConfig::default()
     }
 }
 
