@@ -298,8 +298,8 @@ fn gradient_buffers_are_handed_out_as_soon_as_they_are_final() {
         .unwrap_err()
         .to_string()
         .contains("is not the last step writing it"),);
-    let input = [(watch[0].0, m.loss)];
-    let err = exec.run_observed(&m.plan, &mut mem, &input, &none);
+    let arena = [(watch[0].0, m.loss)];
+    let err = exec.run_observed(&m.plan, &mut mem, &arena, &none);
     assert!(err.unwrap_err().to_string().contains("not a persistent"));
     let mut backwards = watch.clone();
     backwards.reverse();
