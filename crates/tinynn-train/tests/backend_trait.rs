@@ -324,3 +324,57 @@ fn qlora_through_the_trait_is_the_cpu_trainer_bit_for_bit() {
         assert!(calls(&counts, "unpacked_persistent") > 0);
     }
 }
+
+/// Data-parallel steps through the trait's default `run_observed` (the gradients handed out
+/// after the run) give the CPU's (handed out mid-run) bit for bit, on two ranks.
+#[test]
+fn overlapped_data_parallel_steps_through_the_trait_default_match_the_cpu() {
+    use tinynn_train::collective::{Collective, ThreadGroup};
+
+    fn ranks<B: Backend + 'static>(
+        make: impl Fn() -> Trainer<B> + Send + Sync + 'static,
+    ) -> Vec<(Vec<u32>, Vec<tinynn_train::NamedTensor>)> {
+        let make = Arc::new(make);
+        let handles: Vec<_> = ThreadGroup::new(2)
+            .into_iter()
+            .map(|mut comm| {
+                let make = make.clone();
+                std::thread::spawn(move || {
+                    let mut t = make();
+                    let (ids, labels) = batch(2 * 2);
+                    let n = ids.len() / 2;
+                    let r = comm.rank();
+                    let (ids, labels) = (&ids[r * n..][..n], &labels[r * n..][..n]);
+                    let losses = (0..3)
+                        .map(|_| {
+                            let c: &mut dyn Collective = &mut comm;
+                            let s = t
+                                .step_data_parallel(ids, labels, None, 1e-2, &mut [], c)
+                                .unwrap();
+                            s.loss.to_bits()
+                        })
+                        .collect();
+                    (losses, t.params().unwrap())
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    }
+    let lora_config = || LoraConfig {
+        rank: 4,
+        alpha: 8.0,
+        dropout: 0.1,
+        targets: Targets::parse("q,v,down").unwrap(),
+        seed: 11,
+    };
+    for lora in [None, Some(lora_config())] {
+        let c = cfg(2, lora);
+        let plain = ranks(move || Trainer::new(tiny_llama::random(64, 7), c).unwrap());
+        let wrapped = ranks(move || {
+            let (backend, _) = Counting::new(&c);
+            Trainer::with_backend(tiny_llama::random(64, 7), c, backend).unwrap()
+        });
+        assert_eq!(plain, wrapped, "lora {}", lora.is_some());
+        assert_eq!(plain[0], plain[1], "the ranks differ");
+    }
+}
