@@ -3,7 +3,9 @@
 # crates/tinynn-cli/tests/mpi_cli.rs, which starts `mpirun -np 2` (two ranks on this machine,
 # --oversubscribe) and checks that
 #  - 2 ranks × --batch 2 give the per-step losses and final weights of 1 process × --batch 4
-#    (full fine-tuning and LoRA, gradient accumulation 2), within 1e-5;
+#    (full fine-tuning, LoRA, QLoRA on a Q8_0 file and `tnn train` from scratch; gradient
+#    accumulation 2), within 1e-5, and summing during the backward pass (--overlap on) changes
+#    no bit;
 #  - a resume under MPI is bit-exact, and one with another number of ranks is refused;
 #  - a rank killed mid-run ends the job with an error within 60 s, and the last checkpoint
 #    resumes.
