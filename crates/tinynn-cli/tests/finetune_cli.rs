@@ -493,3 +493,54 @@ fn without_the_mpi_feature_a_process_of_an_mpi_job_refuses_to_train() {
         assert!(!dir.path().join("out").exists(), "nothing is written");
     }
 }
+
+/// A run that would end by writing a GGUF model from a Hugging Face directory (full
+/// fine-tuning, or LoRA with `--merge`) is refused before its first step, not after training;
+/// a LoRA adapter alone trains on the directory.
+#[test]
+fn a_gguf_model_from_a_hugging_face_directory_is_refused_before_training() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = text_file(dir.path());
+    for extra in [&[][..], &["--lora", "--merge"][..]] {
+        let out_dir = dir.path().join("out");
+        let out = tnn()
+            .args(["finetune", "-m"])
+            .arg(tiny_model())
+            .arg("--data")
+            .arg(&data)
+            .args(["--seq", "16", "--steps", "2", "-t", "1", "--out"])
+            .arg(&out_dir)
+            .args(extra)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{extra:?}");
+        assert!(
+            err.contains("not loaded") && err.contains("tnn convert"),
+            "{extra:?}: {err}"
+        );
+        assert!(
+            !err.contains("step 1"),
+            "{extra:?}: it trained first: {err}"
+        );
+        assert!(
+            !out_dir.join("latest").exists(),
+            "{extra:?}: a checkpoint was written"
+        );
+    }
+    let out = tnn()
+        .args(["finetune", "-m"])
+        .arg(tiny_model())
+        .arg("--data")
+        .arg(&data)
+        .args(["--lora", "--seq", "16", "--steps", "2", "-t", "1", "--out"])
+        .arg(dir.path().join("adapter-only"))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(dir.path().join("adapter-only/adapter.gguf").exists());
+}

@@ -96,6 +96,8 @@ pub struct Executor {
     arena: AlignedBuf,
     /// Base address of each region, refreshed at each run: arena, weights, persistents.
     bases: Vec<usize>,
+    /// Bytes of each persistent slot's buffer in the current run (reused: runs allocate nothing).
+    persistent_lens: Vec<usize>,
     errors: RunErrors,
     strict: bool,
     bf16_matmul: bool,
@@ -313,6 +315,7 @@ impl Executor {
             e.arena = arena;
         }
         e.bases = Vec::with_capacity(1 + plan.weights().len() + plan.persistents().len());
+        e.persistent_lens = Vec::with_capacity(plan.persistents().len());
         if let Some(spans) = &mut e.spans {
             let slots = 2 * plan.steps().len() * e.n_threads;
             spans.extend((0..slots).map(|_| AtomicU64::new(0)));
@@ -335,6 +338,7 @@ impl Executor {
             panic_steps: (0..threads).map(|_| AtomicUsize::new(usize::MAX)).collect(),
             arena: AlignedBuf::zeroed(0),
             bases: Vec::new(),
+            persistent_lens: Vec::new(),
             errors: RunErrors::default(),
             strict: opts.strict,
             bf16_matmul: opts.bf16_matmul && !opts.strict,
@@ -439,7 +443,9 @@ impl Executor {
             spans.iter().for_each(|s| s.store(0, Ordering::Relaxed));
         }
         let claims = [AtomicUsize::new(0), AtomicUsize::new(0)];
-        let persistent_lens: Vec<usize> = mem.persistent.iter().map(|p| p.len()).collect();
+        self.persistent_lens.clear();
+        self.persistent_lens
+            .extend(mem.persistent.iter().map(|p| p.len()));
         let job = Job {
             plan,
             span_threads: self.n_threads,
@@ -455,7 +461,7 @@ impl Executor {
             claims: &claims,
             watch,
             ready,
-            persistent_lens: &persistent_lens,
+            persistent_lens: &self.persistent_lens,
         };
         let panic_steps = &self.panic_steps;
         let ran = self.pool.run_on(self.threads.active, &|ctx| {

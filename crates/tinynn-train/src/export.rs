@@ -44,6 +44,13 @@ fn file_type(ty: GgmlType) -> u32 {
 }
 
 impl<B: Backend> Trainer<B> {
+    /// Whether [`Trainer::export_gguf`] can write a model: the trainer has a GGUF file's
+    /// metadata to copy (it was loaded from one, or it was given with
+    /// [`Trainer::set_export_metadata`]).
+    pub fn can_export_gguf(&self) -> bool {
+        self.gguf_metadata.is_some()
+    }
+
     /// Writes the current weights to `path` (atomically) as `ty` (F32 or F16) tensors, with the
     /// metadata of the GGUF file the trainer was loaded from.
     pub fn export_gguf(&self, path: &Path, ty: GgmlType) -> Result<u64> {

@@ -99,6 +99,17 @@ pub fn fit_data_parallel<B: Backend>(
             "exporting an adapter needs a LoRA trainer".into(),
         ));
     }
+    // Found out before training, not after it.
+    let writes_model = matches!(cfg.output, Output::Model | Output::Adapter { merge: true });
+    if writes_model && !trainer.can_export_gguf() {
+        return Err(TrainError::Unsupported(
+            "the run would end by writing a GGUF model (model.gguf, or merged.gguf), which \
+             takes its metadata and tokenizer from a GGUF source, and this model was not loaded \
+             from one: convert a Hugging Face directory to GGUF first (`tnn convert DIR \
+             model.gguf f32`), or train a LoRA adapter without merging"
+                .into(),
+        ));
+    }
     let (rank, ranks) = (comm.rank(), comm.size());
     let lead = rank == 0;
     let per_rank = trainer.train_config().batch;
