@@ -10,7 +10,9 @@
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use serde::Serialize;
-use tinynn_models::bench::{bench, describe, peak_rss, BenchConfig};
+use tinynn_models::bench::{
+    bench, decode_bytes_per_token, describe, peak_rss, read_bandwidth, reset_peak_rss, BenchConfig,
+};
 use tinynn_models::model::Model;
 
 #[derive(Args)]
@@ -97,6 +99,17 @@ struct Row {
     /// Bytes of weights copied into the matrix kernels' packed layout.
     repacked_bytes: u64,
     kv_cache_bytes: u64,
+    /// Memory read bandwidth at this row's thread count (bytes/s), the mean of a probe before
+    /// and one after the tests.
+    read_bandwidth: f64,
+    /// Generation rows: bytes read per generated token (weights, and the KV cache at the
+    /// test's mean depth), the tokens/s that bandwidth allows, and the fraction reached.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    bytes_per_token: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    roofline_ts: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    roofline_fraction: Option<f64>,
 }
 
 pub fn run(args: &BenchArgs) -> Result<()> {
@@ -114,6 +127,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
     }
     let mut rows = Vec::new();
     let mut mem = None;
+    let mut probes = Vec::new();
     for threads in thread_counts {
         let exec = crate::generate::exec_options(Some(threads), args.strict, args.no_repack);
         let cfg = BenchConfig {
@@ -126,13 +140,40 @@ pub fn run(args: &BenchArgs) -> Result<()> {
             busy: args.busy,
         };
         let started = std::time::SystemTime::now();
+        let probe_threads = if exec.strict { 1 } else { exec.threads };
+        let bw_before = read_bandwidth(probe_threads);
+        // The probe's buffer is not the model's memory: the peak counts from here.
+        let rss_counted = reset_peak_rss();
         let report =
             bench(&model, &cfg).with_context(|| format!("benchmarking {}", path.display()))?;
-        let rss = if args.mem { peak_rss() } else { None };
+        let rss = if args.mem && rss_counted {
+            peak_rss()
+        } else {
+            None
+        };
+        let bw_after = read_bandwidth(probe_threads);
+        let bw = (bw_before + bw_after) / 2.0;
+        probes.push((probe_threads, bw_before, bw_after));
+        let kv_bytes = if exec.strict { 4 } else { 2 };
+        let weights = decode_bytes_per_token(&model, 0.0, kv_bytes);
         let (repacked, kv) = (report.packed_bytes as u64, report.kv_cache_bytes as u64);
         mem = rss.map(|r| (r, repacked, kv));
         for r in report.results {
             let is_pp = r.test.starts_with("pp");
+            // `tgN` or `tgN parS`: S tokens a step share one read of the weights; each reads
+            // its own sequence's KV cache, (N + 1) / 2 entries on average.
+            let per_token = (!is_pp).then(|| {
+                let seqs = r
+                    .test
+                    .split(" par")
+                    .nth(1)
+                    .and_then(|p| p.split(' ').next());
+                let seqs = seqs.and_then(|p| p.parse::<f64>().ok()).unwrap_or(1.0);
+                let n = r.n_tokens as f64 / seqs;
+                let kv = decode_bytes_per_token(&model, (n + 1.0) / 2.0, kv_bytes) - weights;
+                (weights as f64 / seqs + kv as f64).round() as u64
+            });
+            let roofline = per_token.map(|b| bw / b.max(1) as f64);
             let ns = |ts: f64| (r.n_tokens as f64 / ts.max(1e-12) * 1e9) as u64;
             let samples_ns: Vec<u64> = r.samples_ts.iter().map(|&t| ns(t)).collect();
             let avg_ns = samples_ns.iter().sum::<u64>() / samples_ns.len().max(1) as u64;
@@ -168,12 +209,16 @@ pub fn run(args: &BenchArgs) -> Result<()> {
                 peak_rss_bytes: rss,
                 repacked_bytes: repacked,
                 kv_cache_bytes: kv,
+                read_bandwidth: bw,
+                bytes_per_token: per_token,
+                roofline_ts: roofline,
+                roofline_fraction: roofline.map(|t| r.avg_ts / t),
             });
         }
     }
     let out = match fmt {
         "json" => serde_json::to_string_pretty(&rows)? + "\n",
-        _ => markdown(&rows, mem),
+        _ => markdown(&rows, mem, &probes),
     };
     crate::generate::emit(&out)
 }
@@ -202,8 +247,9 @@ fn rfc3339(time: std::time::SystemTime) -> String {
     )
 }
 
-/// The table, then (with `--mem`) peak RSS, repacked weight copies and KV cache.
-fn markdown(rows: &[Row], mem: Option<(u64, u64, u64)>) -> String {
+/// The table, then the memory bandwidth and each generation test's share of the decode
+/// roofline, then (with `--mem`) peak RSS, repacked weight copies and KV cache.
+fn markdown(rows: &[Row], mem: Option<(u64, u64, u64)>, probes: &[(usize, f64, f64)]) -> String {
     let mut s = String::from("| model | size | params | backend | threads | test | t/s |\n| --- | ---: | ---: | --- | ---: | ---: | ---: |\n");
     for r in rows {
         s.push_str(&format!(
@@ -217,6 +263,31 @@ fn markdown(rows: &[Row], mem: Option<(u64, u64, u64)>) -> String {
             r.avg_ts,
             r.stddev_ts
         ));
+    }
+    let gbs = |b: f64| b / 1e9;
+    for &(threads, before, after) in probes {
+        s.push_str(&format!(
+            "\nread bandwidth, {threads} thread{}: {:.1} GB/s before the tests, {:.1} GB/s after\n",
+            if threads == 1 { "" } else { "s" },
+            gbs(before),
+            gbs(after)
+        ));
+        for r in rows.iter().filter(|r| r.threads == threads) {
+            if let (Some(bytes), Some(roof), Some(frac)) =
+                (r.bytes_per_token, r.roofline_ts, r.roofline_fraction)
+            {
+                s.push_str(&format!(
+                    "{}: {:.1} MB read per token, roofline {:.0} t/s at {:.1} GB/s; {:.2} t/s \
+                     is {:.0}% of it\n",
+                    r.test,
+                    bytes as f64 / 1e6,
+                    roof,
+                    gbs(r.read_bandwidth),
+                    r.avg_ts,
+                    100.0 * frac
+                ));
+            }
+        }
     }
     if let Some((rss, repacked, kv)) = mem {
         let mib = |b: u64| b as f64 / (1024.0 * 1024.0);

@@ -313,6 +313,14 @@ fn bench_reports_pp_and_tg() {
         "{}",
         out.stdout
     );
+    // The memory the tests ran with, and generation's share of what it allows.
+    assert!(
+        out.stdout.contains("read bandwidth, 2 threads: ")
+            && out.stdout.contains("tg8: ")
+            && out.stdout.contains("% of it"),
+        "{}",
+        out.stdout
+    );
     let out = run_measured(
         tnn()
             .args([
@@ -325,6 +333,9 @@ fn bench_reports_pp_and_tg() {
     let rows = rows.as_array().unwrap();
     assert_eq!(rows.len(), 1);
     assert_eq!(rows[0]["test"], "pp16");
+    // Prompt processing is not bandwidth-bound: no roofline.
+    assert!(rows[0]["read_bandwidth"].as_f64().unwrap() > 0.0);
+    assert!(rows[0].get("roofline_ts").is_none());
     assert!(rows[0]["avg_ts"].as_f64().unwrap() > 0.0);
     // Sequences decoding together: one row per count, tokens counted over all sequences.
     let out = run_measured(
@@ -356,6 +367,24 @@ fn bench_reports_pp_and_tg() {
         .map(|r| (r["test"].as_str().unwrap(), r["n_tokens"].as_u64().unwrap()))
         .collect();
     assert_eq!(tests, [("tg4", 4), ("tg4 par1", 4), ("tg4 par3", 12)]);
+    // Bytes read per generated token: SmolLM2's head is its embedding table, so every weight
+    // once (per step: shared by the step's sequences), plus each sequence's f16 keys and
+    // values at the test's mean depth, (4 + 1) / 2: 30 layers × 2 × 3 KV heads × 64 × 2 bytes
+    // = 23,040 bytes a cached token.
+    for (r, seqs) in rows.as_array().unwrap().iter().zip([1.0, 1.0, 3.0]) {
+        let weights = r["model_size"].as_f64().unwrap();
+        let want = (weights / seqs + 23_040.0 * 2.5).round();
+        assert_eq!(r["bytes_per_token"].as_f64().unwrap(), want, "{r}");
+        let bw = r["read_bandwidth"].as_f64().unwrap();
+        assert!(bw > 1e8, "{r}");
+        let roof = r["roofline_ts"].as_f64().unwrap();
+        assert!((roof * want / bw - 1.0).abs() < 1e-9, "{r}");
+        let frac = r["roofline_fraction"].as_f64().unwrap();
+        assert!(
+            (frac * roof / r["avg_ts"].as_f64().unwrap() - 1.0).abs() < 1e-9,
+            "{r}"
+        );
+    }
     // A bad output format or sequence count is refused before anything runs.
     for bad in [["-o", "xml"], ["--parallel", "65"]] {
         let out = run_measured(tnn().args(["bench", "-m"]).arg(real_model()).args(bad));

@@ -151,6 +151,12 @@ pub fn peak_rss() -> Option<u64> {
     Some(kb * 1024)
 }
 
+/// Starts the peak-RSS count ([`peak_rss`]) afresh from the current RSS (Linux: writes 5 to
+/// `/proc/self/clear_refs`); whether it could.
+pub fn reset_peak_rss() -> bool {
+    std::fs::write("/proc/self/clear_refs", "5").is_ok()
+}
+
 /// Runs the tests `cfg` names on `model`.
 pub fn bench(model: &Arc<Model>, cfg: &BenchConfig) -> Result<BenchReport> {
     let busy = Busy::start(cfg.busy);
@@ -239,6 +245,87 @@ fn run_tests(model: &Arc<Model>, cfg: &BenchConfig) -> Result<BenchReport> {
     Ok(report(results))
 }
 
+/// The memory read bandwidth `threads` threads reach streaming through a buffer far larger
+/// than the caches (256 MiB, each thread summing its own slice), in bytes/s: the best of five
+/// passes, so a figure beside a decode speed says what the memory gave during those minutes.
+pub fn read_bandwidth(threads: usize) -> f64 {
+    const BYTES: usize = 256 << 20;
+    let threads = threads.max(1);
+    // Written first, so the passes read mapped pages.
+    let buf: Vec<u64> = (0..BYTES / 8).map(|i| i as u64).collect();
+    let slice = buf.len().div_ceil(threads);
+    let mut best = 0f64;
+    for _ in 0..5 {
+        let t0 = Instant::now();
+        let total = std::thread::scope(|s| {
+            let sums: Vec<_> = buf
+                .chunks(slice)
+                .map(|part| s.spawn(move || sum_lanes(part)))
+                .collect();
+            sums.into_iter()
+                .map(|h| h.join().unwrap_or(0))
+                .fold(0u64, u64::wrapping_add)
+        });
+        std::hint::black_box(total);
+        best = best.max(BYTES as f64 / t0.elapsed().as_secs_f64().max(1e-9));
+    }
+    best
+}
+
+/// A wrapping sum of `v` in eight independent lanes (the loop vectorizes, so it runs at the
+/// speed memory delivers).
+fn sum_lanes(v: &[u64]) -> u64 {
+    let mut lanes = [0u64; 8];
+    let mut chunks = v.chunks_exact(8);
+    for c in &mut chunks {
+        for (l, &x) in lanes.iter_mut().zip(c) {
+            *l = l.wrapping_add(x);
+        }
+    }
+    let rest = chunks
+        .remainder()
+        .iter()
+        .fold(0u64, |a, &x| a.wrapping_add(x));
+    lanes.iter().fold(rest, |a, &x| a.wrapping_add(x))
+}
+
+/// Bytes one decode step reads, as stored in the file (a repacked copy holds the same
+/// weights), when the cache holds `depth` tokens: every weight matrix once; of the token
+/// embedding table one row, unless it is also the output head (tied: read whole); of a
+/// mixture-of-experts block's expert tensors the routed share (`used / count`); and the KV
+/// cache's `depth` keys and values per layer (f16; f32 in strict mode, `kv_bytes = 4`).
+pub fn decode_bytes_per_token(model: &Model, depth: f64, kv_bytes: u64) -> u64 {
+    let config = model.config();
+    let expert_share = config
+        .experts
+        .map_or(1.0, |e| e.used as f64 / e.count.max(1) as f64);
+    let mut weights = 0f64;
+    if let WeightSource::Gguf(f) = model.source() {
+        let tensors = f.gguf().tensors();
+        let untied = tensors.iter().any(|t| t.name == "output.weight");
+        for t in tensors {
+            let bytes = t.n_bytes as f64;
+            weights += if t.name == "token_embd.weight" && untied {
+                let rows = t.dims.get(1).copied().unwrap_or(1).max(1);
+                bytes / rows as f64
+            } else if t.name.contains("_exps") {
+                bytes * expert_share
+            } else {
+                bytes
+            };
+        }
+    } else {
+        weights = describe(model).map_or(0, |(_, bytes, _)| bytes) as f64;
+    }
+    let kv = if config.ssm.is_some() {
+        0.0
+    } else {
+        let per_token = 2 * config.n_layer * config.n_head_kv * config.head_dim * kv_bytes;
+        per_token as f64 * depth
+    };
+    (weights + kv).round() as u64
+}
+
 /// Parameter count, tensor bytes and a llama-bench style name ("llama 135M Q4_1").
 pub fn describe(model: &Model) -> Result<(u64, u64, String)> {
     let (params, bytes, arch, ftype) = match model.source() {
@@ -281,4 +368,17 @@ pub fn describe(model: &Model) -> Result<(u64, u64, String)> {
         format!("{}M", (params as f64 / 1e6).round())
     };
     Ok((params, bytes, format!("{arch} {label} {ftype}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::sum_lanes;
+
+    #[test]
+    fn the_probe_sums_every_word() {
+        for n in [0u64, 1, 7, 8, 9, 1000, 4097] {
+            let v: Vec<u64> = (0..n).map(|i| i * 3 + 1).collect();
+            assert_eq!(sum_lanes(&v), v.iter().sum::<u64>(), "{n}");
+        }
+    }
 }
