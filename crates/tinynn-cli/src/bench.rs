@@ -48,6 +48,16 @@ pub struct BenchArgs {
         value_delimiter = ','
     )]
     pub n_gen: Vec<usize>,
+    /// Tokens already in the cache for each test, comma-separated (llama-bench's `-d`):
+    /// `pp512 @ d4096` evaluates 512 prompt tokens after 4096, `tg128 @ d4096` generates
+    /// after them (the cache is filled before each repetition, untimed).
+    #[arg(
+        short = 'd',
+        long = "n-depth",
+        default_value = "0",
+        value_delimiter = ','
+    )]
+    pub depths: Vec<usize>,
     /// Repetitions of each test.
     #[arg(short = 'r', long = "repetitions", default_value_t = 5)]
     pub reps: usize,
@@ -80,6 +90,7 @@ struct Row {
     n_threads: usize,
     n_prompt: usize,
     n_gen: usize,
+    n_depth: usize,
     test_time: String,
     avg_ns: u64,
     stddev_ns: u64,
@@ -134,6 +145,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
             n_prompt: args.n_prompt.clone(),
             n_gen: args.n_gen.clone(),
             parallel: args.parallel.clone(),
+            depths: args.depths.clone(),
             reps: args.reps,
             n_batch: args.batch,
             exec,
@@ -160,8 +172,15 @@ pub fn run(args: &BenchArgs) -> Result<()> {
         mem = rss.map(|r| (r, repacked, kv));
         for r in report.results {
             let is_pp = r.test.starts_with("pp");
-            // `tgN` or `tgN parS`: S tokens a step share one read of the weights; each reads
-            // its own sequence's KV cache, (N + 1) / 2 entries on average.
+            let depth = r
+                .test
+                .split(" @ d")
+                .nth(1)
+                .and_then(|d| d.split(' ').next()?.parse::<usize>().ok())
+                .unwrap_or(0);
+            // `tgN`, `tgN @ dD` or `tgN parS`: S tokens a step share one read of the
+            // weights; each reads its own sequence's KV cache, D + (N + 1) / 2 entries on
+            // average.
             let per_token = (!is_pp).then(|| {
                 let seqs = r
                     .test
@@ -170,7 +189,8 @@ pub fn run(args: &BenchArgs) -> Result<()> {
                     .and_then(|p| p.split(' ').next());
                 let seqs = seqs.and_then(|p| p.parse::<f64>().ok()).unwrap_or(1.0);
                 let n = r.n_tokens as f64 / seqs;
-                let kv = decode_bytes_per_token(&model, (n + 1.0) / 2.0, kv_bytes) - weights;
+                let mean_depth = depth as f64 + (n + 1.0) / 2.0;
+                let kv = decode_bytes_per_token(&model, mean_depth, kv_bytes) - weights;
                 (weights as f64 / seqs + kv as f64).round() as u64
             });
             let roofline = per_token.map(|b| bw / b.max(1) as f64);
@@ -192,6 +212,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
                 n_threads: if exec.strict { 1 } else { exec.threads },
                 n_prompt: if is_pp { r.n_tokens } else { 0 },
                 n_gen: if is_pp { 0 } else { r.n_tokens },
+                n_depth: depth,
                 test_time: rfc3339(started),
                 avg_ns,
                 stddev_ns: var.sqrt() as u64,

@@ -683,3 +683,49 @@ fn loading_repacking_and_tokenizing_are_reported() {
         out.stderr
     );
 }
+
+/// `tnn bench -d` (llama-bench's depth): each test again with D tokens already cached, named
+/// `… @ dD`, its roofline counting those D keys and values; a depth past the model's context
+/// is refused.
+#[test]
+fn bench_at_depth() {
+    let out = run_measured(
+        tnn()
+            .args(["bench", "-p", "16", "-n", "4", "-d", "0,64", "-r", "1"])
+            .args(["-o", "json", "-t", "2", "-m"])
+            .arg(real_model()),
+    );
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    let rows: serde_json::Value = serde_json::from_str(&out.stdout).unwrap();
+    let rows = rows.as_array().unwrap();
+    let got: Vec<(&str, u64)> = rows
+        .iter()
+        .map(|r| (r["test"].as_str().unwrap(), r["n_depth"].as_u64().unwrap()))
+        .collect();
+    assert_eq!(
+        got,
+        [
+            ("pp16", 0),
+            ("tg4", 0),
+            ("pp16 @ d64", 64),
+            ("tg4 @ d64", 64)
+        ]
+    );
+    let deep = &rows[3];
+    let want = (deep["model_size"].as_f64().unwrap() + 23_040.0 * (64.0 + 2.5)).round();
+    assert_eq!(deep["bytes_per_token"].as_f64().unwrap(), want, "{deep}");
+    assert!(deep["avg_ts"].as_f64().unwrap() > 0.0);
+    let out = run_measured(
+        tnn()
+            .args([
+                "bench", "-p", "0", "-n", "4", "-d", "100000", "-r", "1", "-m",
+            ])
+            .arg(real_model()),
+    );
+    assert_eq!(out.code, Some(1), "{}", out.stderr);
+    assert!(
+        out.stderr.contains("past the model's context"),
+        "{}",
+        out.stderr
+    );
+}

@@ -1,8 +1,9 @@
 //! Speed tests as llama-bench and llama-batched-bench measure them, for any front end:
 //! `pp N` evaluates N prompt tokens as one batch from an empty cache; `tg N` evaluates N tokens
 //! one at a time from an empty cache; `tg N par S` decodes N tokens in each of S sequences, one
-//! token of every sequence per run (aggregate tokens/s). Each test runs once to warm up, then
-//! `reps` times.
+//! token of every sequence per run (aggregate tokens/s). With a depth `d` (llama-bench's
+//! `-d`), `pp N @ dD` and `tg N @ dD` run with D tokens already in the cache (filled before
+//! each repetition, untimed). Each test runs once to warm up, then `reps` times.
 
 #![warn(missing_docs)]
 
@@ -26,6 +27,9 @@ pub struct BenchConfig {
     pub n_gen: Vec<usize>,
     /// Sequence counts decoded together for each generation length (`tg N par S`).
     pub parallel: Vec<usize>,
+    /// Tokens in the cache before each `pp`/`tg` test (llama-bench's `-d`); 0: empty. Each
+    /// test runs at each depth.
+    pub depths: Vec<usize>,
     /// Timed repetitions of each test (after one warm-up run).
     pub reps: usize,
     /// Most prompt tokens per batch (`None`: the whole prompt in one batch).
@@ -87,10 +91,22 @@ fn timed(
     test: String,
     n: usize,
     reps: usize,
+    f: impl FnMut() -> Result<()>,
+) -> Result<BenchResult> {
+    timed_after(test, n, reps, || Ok(()), f)
+}
+
+/// [`timed`], running `setup` (untimed) before each run of `f`.
+fn timed_after(
+    test: String,
+    n: usize,
+    reps: usize,
+    mut setup: impl FnMut() -> Result<()>,
     mut f: impl FnMut() -> Result<()>,
 ) -> Result<BenchResult> {
     let mut samples = Vec::with_capacity(reps);
     for rep in 0..=reps {
+        setup()?;
         let t0 = Instant::now();
         f()?;
         let secs = t0.elapsed().as_secs_f64();
@@ -181,30 +197,65 @@ fn run_tests(model: &Arc<Model>, cfg: &BenchConfig) -> Result<BenchReport> {
     }
     let n_prompt: Vec<usize> = cfg.n_prompt.iter().copied().filter(|&n| n > 0).collect();
     let n_gen: Vec<usize> = cfg.n_gen.iter().copied().filter(|&n| n > 0).collect();
+    let depths: Vec<usize> = match cfg.depths.is_empty() {
+        true => vec![0],
+        false => cfg.depths.clone(),
+    };
+    let deepest = depths.iter().copied().max().unwrap_or(0);
     let longest = n_prompt.iter().chain(&n_gen).copied().max().unwrap_or(1);
-    let mut session = Session::new(model.clone(), longest, cfg.exec)?;
+    let n_ctx = longest
+        .checked_add(deepest)
+        .ok_or_else(|| ModelError::Invalid(format!("a depth of {deepest} tokens is too deep")))?;
+    if let Some(train) = model.config().n_ctx_train {
+        if n_ctx as u64 > train.max(1) && deepest > 0 {
+            return Err(ModelError::Invalid(format!(
+                "depth {deepest} + {longest} tokens is past the model's context of {train}"
+            )));
+        }
+    }
+    let mut session = Session::new(model.clone(), n_ctx, cfg.exec)?;
     if cfg.n_batch == Some(0) {
         return Err(ModelError::Invalid(
             "a batch size must be at least 1".into(),
         ));
     }
-    session.set_n_batch(cfg.n_batch.unwrap_or(longest).min(longest));
+    let n_batch = cfg.n_batch.unwrap_or(longest).min(longest);
+    session.set_n_batch(n_batch);
     let vocab = session.model().config().n_vocab.unwrap_or(8) as usize;
     let mut results = Vec::new();
-    for &n in &n_prompt {
-        let ids = tokens(n, vocab);
-        results.push(timed(format!("pp{n}"), n, cfg.reps, || {
-            session.reset();
-            session.eval_batch(&ids).map(|_| ())
-        })?);
+    let session = std::cell::RefCell::new(session);
+    for &d in &depths {
+        // The cache's first `d` tokens, filled (in batches) before each run, untimed.
+        let context = tokens(d + 1, vocab).split_off(1);
+        let fill = || -> Result<()> {
+            let mut s = session.borrow_mut();
+            s.reset();
+            if !context.is_empty() {
+                s.set_n_batch(n_batch.max(512).min(d));
+                s.eval_batch(&context)?;
+                s.set_n_batch(n_batch);
+            }
+            Ok(())
+        };
+        let at = |test: String| match d {
+            0 => test,
+            d => format!("{test} @ d{d}"),
+        };
+        for &n in &n_prompt {
+            let ids = tokens(n, vocab);
+            let run = || session.borrow_mut().eval_batch(&ids).map(|_| ());
+            results.push(timed_after(at(format!("pp{n}")), n, cfg.reps, fill, run)?);
+        }
+        for &n in &n_gen {
+            let ids = tokens(n, vocab);
+            let run = || {
+                let mut s = session.borrow_mut();
+                ids.iter().try_for_each(|&t| s.eval(t).map(|_| ()))
+            };
+            results.push(timed_after(at(format!("tg{n}")), n, cfg.reps, fill, run)?);
+        }
     }
-    for &n in &n_gen {
-        let ids = tokens(n, vocab);
-        results.push(timed(format!("tg{n}"), n, cfg.reps, || {
-            session.reset();
-            ids.iter().try_for_each(|&t| session.eval(t).map(|_| ()))
-        })?);
-    }
+    let session = session.into_inner();
     let report = |results| BenchReport {
         results,
         packed_bytes: session.packed_bytes(),
