@@ -19,6 +19,8 @@ use crate::kernels::{self, RawTensor, RunErrors, StepArgs, ERR_INDEX, MAX_SRC};
 use crate::memory::{AlignedBuf, Memory, MemoryError};
 use crate::pool::{JobPanicked, RunError, RunStats, ThreadPool};
 
+mod watch;
+
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ExecError {
     #[error(transparent)]
@@ -374,24 +376,7 @@ impl Executor {
         watch: &[(usize, TensorId)],
         ready: &Ready<'_>,
     ) -> Result<(), ExecError> {
-        let targets: Vec<TensorId> = watch.iter().map(|&(_, t)| t).collect();
-        let last = plan.last_writes(&targets);
-        let mut previous = 0;
-        for (&(step, t), last) in watch.iter().zip(last) {
-            let why = match plan.location(t).map(|l| l.region) {
-                Some(Region::Persistent(_)) if last != Some(step) => {
-                    "it is not the last step writing it"
-                }
-                Some(Region::Persistent(_)) if step < previous => "the steps are not ascending",
-                Some(Region::Persistent(_)) => {
-                    previous = step;
-                    continue;
-                }
-                _ => "it is not a persistent tensor of this plan",
-            };
-            let name = plan.graph().node(t).name.clone();
-            return Err(ExecError::BadWatch { name, step, why });
-        }
+        watch::check(plan, watch)?;
         self.run_inner(plan, mem, watch, Some(ready))
     }
 

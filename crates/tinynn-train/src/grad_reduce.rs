@@ -316,16 +316,9 @@ impl GradReducer {
 
     /// Reduces the packed bucket of staged pieces into their staged vectors.
     fn flush_staged(&mut self, comm: &mut dyn Collective) -> Result<()> {
-        if self.pieces.is_empty() {
+        if !self.sum_bucket(comm)? {
             return Ok(());
         }
-        let n = self.fill;
-        sum(
-            comm,
-            &self.send[..n],
-            &mut self.recv[..n],
-            &mut self.comm_secs,
-        )?;
         for p in &self.pieces {
             if let Target::Staged(i) = p.target {
                 if let Some(v) = self.reduced[i].as_mut() {
@@ -338,6 +331,21 @@ impl GradReducer {
         Ok(())
     }
 
+    /// Sums the packed bucket into the receive buffer; false when it is empty.
+    fn sum_bucket(&mut self, comm: &mut dyn Collective) -> Result<bool> {
+        if self.pieces.is_empty() {
+            return Ok(false);
+        }
+        let n = self.fill;
+        sum(
+            comm,
+            &self.send[..n],
+            &mut self.recv[..n],
+            &mut self.comm_secs,
+        )?;
+        Ok(true)
+    }
+
     /// Reduces the packed bucket and copies each piece back where it came from.
     fn flush<B: Backend>(
         &mut self,
@@ -347,16 +355,9 @@ impl GradReducer {
         extras: &mut [f32],
         comm: &mut dyn Collective,
     ) -> Result<()> {
-        if self.pieces.is_empty() {
+        if !self.sum_bucket(comm)? {
             return Ok(());
         }
-        let n = self.fill;
-        sum(
-            comm,
-            &self.send[..n],
-            &mut self.recv[..n],
-            &mut self.comm_secs,
-        )?;
         for p in &self.pieces {
             let summed = &self.recv[p.at..p.at + p.len];
             match p.target {
