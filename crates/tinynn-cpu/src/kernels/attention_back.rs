@@ -14,7 +14,7 @@ use crate::simd::attention_back::{self as tiles, BackIo, BackScratch};
 use crate::simd::attention_block::{self, LANES};
 
 thread_local! {
-    /// Each pool thread's scratch for the AVX-512 tiles, made on its first use.
+    /// Each pool thread's scratch for the SIMD tiles, made on its first use.
     static SCRATCH: std::cell::RefCell<BackScratch> = std::cell::RefCell::new(BackScratch::new());
 }
 
@@ -77,7 +77,7 @@ impl Attn {
     }
 }
 
-/// Whether the AVX-512 tiles take this call: every operand F32 with contiguous rows, a mask
+/// Whether the SIMD tiles (AVX-512 or AVX2) take this call: every operand F32 with contiguous rows, a mask
 /// whose element offsets fit in i32 (gathers).
 fn tiles_fit(at: &Attn) -> bool {
     let f32_rows = |t: &RawTensor| t.layout.dtype == GgmlType::F32 && t.layout.nb[0] == 4;
@@ -89,7 +89,7 @@ fn tiles_fit(at: &Attn) -> bool {
             .is_none_or(|m| f32_rows(m) && m.layout.ne[1] * m.layout.nb[1] < i32::MAX as usize / 2)
 }
 
-/// The AVX-512 path (`simd::attention_back`): query tiles (16 (query, head) pairs of a KV
+/// The SIMD path (`simd::attention_back`): query tiles (16 (query, head) pairs of a KV
 /// head) round-robin over the threads, a barrier, then KV tiles (16 KV rows of a KV head).
 fn back_tiled(io: &BackIo, group: usize, ctx: &Ctx<'_>) {
     let (n_q, n_kv, n_head_kv) = (io.q.layout.ne[1], io.k.layout.ne[1], io.k.layout.ne[2]);

@@ -13,16 +13,14 @@
 //!
 //! KV rows (query tiles) and queries (KV tiles) the mask hides from every lane are skipped, so
 //! a causal mask costs half. A lane's result depends on nothing but its own row and the fixed
-//! summation order, never on its tile mates or the thread count.
+//! summation order, never on its tile mates or the thread count. Written once over
+//! [`Lanes16`]: one AVX-512 register or two AVX2 ones, the same bits.
 
 #[cfg(target_arch = "x86_64")]
-use std::arch::x86_64::*;
-
-#[cfg(target_arch = "x86_64")]
-use super::attention_block::{lane_dots, lane_dots4};
+use super::attention_block::{lane_dots, lane_dots4, wide};
 use super::attention_block::{LANES, MAX_D};
 #[cfg(target_arch = "x86_64")]
-use super::vexp;
+use super::lanes16::{Lanes16, Pair, Wide};
 use crate::kernels::RawTensor;
 
 /// Rows summed per register pass (KV rows in `dq`, queries in `dk`/`dv`).
@@ -93,8 +91,50 @@ impl BackScratch {
 /// `attention_block::available()`; the tensors are as documented on [`BackIo`], `d, dv ≤
 /// MAX_D`; the lanes' dq rows and stats slots belong to this thread.
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,fma")]
 pub(crate) unsafe fn query_tile(
+    io: &BackIo,
+    hk: usize,
+    lanes: &[(usize, usize)],
+    s: &mut BackScratch,
+) {
+    if wide() {
+        // SAFETY: the caller's contract; AVX-512 checked.
+        unsafe { query_tile_avx512(io, hk, lanes, s) }
+    } else {
+        // SAFETY: the caller's contract (AVX2, FMA, F16C).
+        unsafe { query_tile_avx2(io, hk, lanes, s) }
+    }
+}
+
+/// [`query_tile_with`] compiled for AVX-512.
+///
+/// # Safety
+/// As [`query_tile`]; AVX-512 present.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,f16c,fma")]
+unsafe fn query_tile_avx512(io: &BackIo, hk: usize, lanes: &[(usize, usize)], s: &mut BackScratch) {
+    // SAFETY: the caller's contract.
+    unsafe { query_tile_with::<Wide>(io, hk, lanes, s) }
+}
+
+/// [`query_tile_with`] compiled for AVX2.
+///
+/// # Safety
+/// As [`query_tile`].
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn query_tile_avx2(io: &BackIo, hk: usize, lanes: &[(usize, usize)], s: &mut BackScratch) {
+    // SAFETY: the caller's contract.
+    unsafe { query_tile_with::<Pair>(io, hk, lanes, s) }
+}
+
+/// The query tile over 16 lanes of either kind.
+///
+/// # Safety
+/// As [`query_tile`]; `S`'s instruction set present.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn query_tile_with<S: Lanes16>(
     io: &BackIo,
     hk: usize,
     lanes: &[(usize, usize)],
@@ -104,7 +144,7 @@ pub(crate) unsafe fn query_tile(
     let (dv, n_kv) = (io.v.layout.ne[0], io.k.layout.ne[1]);
     let n = lanes.len();
     debug_assert!((1..=LANES).contains(&n) && d <= MAX_D && dv <= MAX_D);
-    let live: __mmask16 = if n == LANES { 0xFFFF } else { (1u16 << n) - 1 };
+    let live: u16 = if n == LANES { 0xFFFF } else { (1u16 << n) - 1 };
     s.rows(n_kv);
     if n < LANES {
         s.a_t[..d * LANES].fill(0.0);
@@ -129,9 +169,9 @@ pub(crate) unsafe fn query_tile(
         }
     }
     // SAFETY: 16 i32s.
-    let idx = unsafe { _mm512_loadu_si512(idx.as_ptr() as *const __m512i) };
-    let neg_inf = _mm512_set1_ps(f32::NEG_INFINITY);
-    let scale = _mm512_set1_ps(io.scale);
+    let idx = unsafe { S::load_i(idx.as_ptr()) };
+    let neg_inf = S::splat(f32::NEG_INFINITY);
+    let scale = S::splat(io.scale);
     let mut max = neg_inf;
     // KV rows some lane sees: [lo, hi).
     let (mut lo, mut hi) = (n_kv, 0);
@@ -140,20 +180,20 @@ pub(crate) unsafe fn query_tile(
         let m = match &io.mask {
             // SAFETY: element (j, i_l) is inside the mask for every live lane (caller).
             Some(mt) => unsafe {
-                _mm512_mask_i32gather_ps::<4>(
+                S::gather(
                     neg_inf,
                     live,
-                    _mm512_add_epi32(idx, _mm512_set1_epi32(j as i32)),
+                    S::add_i(idx, S::splat_i(j as i32)),
                     mt.ptr as *const f32,
                 )
             },
-            None => _mm512_mask_blend_ps(live, neg_inf, _mm512_setzero_ps()),
+            None => S::blend(live, neg_inf, S::zero()),
         };
-        if _mm512_cmp_ps_mask::<_CMP_NEQ_UQ>(m, neg_inf) == 0 {
+        if S::ne(m, neg_inf) == 0 {
             // SAFETY: row j of s and dp (sized above). Rows between seen ones must weigh 0.
             unsafe {
-                _mm512_storeu_ps(s.s.as_mut_ptr().add(j * LANES), neg_inf);
-                _mm512_storeu_ps(s.dp.as_mut_ptr().add(j * LANES), _mm512_setzero_ps());
+                S::store(s.s.as_mut_ptr().add(j * LANES), neg_inf);
+                S::store(s.dp.as_mut_ptr().add(j * LANES), S::zero());
             }
             continue;
         }
@@ -161,44 +201,41 @@ pub(crate) unsafe fn query_tile(
         hi = j + 1;
         // The mask waits in row j of s until the scores of four rows are computed together.
         // SAFETY: row j of s (sized above).
-        unsafe { _mm512_storeu_ps(s.s.as_mut_ptr().add(j * LANES), m) };
+        unsafe { S::store(s.s.as_mut_ptr().add(j * LANES), m) };
         pending[np] = j;
         np += 1;
         if np == 4 {
             // SAFETY: rows of k and v (caller), rows of s and dp.
-            unsafe { query_scores(io, hk, &pending, s, scale, &mut max) };
+            unsafe { query_scores::<S>(io, hk, &pending, s, scale, &mut max) };
             np = 0;
         }
     }
     for &j in &pending[..np] {
         // SAFETY: as above, one row at a time.
-        unsafe { query_scores(io, hk, &[j], s, scale, &mut max) };
+        unsafe { query_scores::<S>(io, hk, &[j], s, scale, &mut max) };
     }
     // Rows with nothing to attend to (every score −∞) get lse = +∞, zero gradients.
-    let has = _mm512_cmp_ps_mask::<_CMP_NEQ_UQ>(max, neg_inf) & live;
-    let (mut sum, mut pdp) = (_mm512_setzero_ps(), _mm512_setzero_ps());
+    let has = S::ne(max, neg_inf) & live;
+    let (mut sum, mut pdp) = (S::zero(), S::zero());
     for j in lo..hi {
         // SAFETY: row j of s and dp (sized above).
         unsafe {
             let ps = s.s.as_mut_ptr().add(j * LANES);
-            let e = _mm512_maskz_mov_ps(has, vexp::exp16(_mm512_sub_ps(_mm512_loadu_ps(ps), max)));
-            _mm512_storeu_ps(ps, e);
-            sum = _mm512_add_ps(sum, e);
-            pdp = _mm512_fmadd_ps(e, _mm512_loadu_ps(s.dp.as_ptr().add(j * LANES)), pdp);
+            let e = S::blend(has, S::zero(), S::exp(S::sub(S::load(ps), max)));
+            S::store(ps, e);
+            sum = S::add(sum, e);
+            pdp = S::fmadd(e, S::load(s.dp.as_ptr().add(j * LANES)), pdp);
         }
     }
-    let inv = _mm512_maskz_div_ps(has, _mm512_set1_ps(1.0), sum);
-    let dsum = _mm512_mul_ps(pdp, inv);
+    let inv = S::blend(has, S::zero(), S::div(S::splat(1.0), sum));
+    let dsum = S::mul(pdp, inv);
     for j in lo..hi {
         // SAFETY: row j of s and dp.
         unsafe {
-            let p = _mm512_mul_ps(_mm512_loadu_ps(s.s.as_ptr().add(j * LANES)), inv);
+            let p = S::mul(S::load(s.s.as_ptr().add(j * LANES)), inv);
             let pd = s.dp.as_mut_ptr().add(j * LANES);
-            let ds = _mm512_mul_ps(
-                _mm512_mul_ps(p, _mm512_sub_ps(_mm512_loadu_ps(pd), dsum)),
-                scale,
-            );
-            _mm512_storeu_ps(pd, ds);
+            let ds = S::mul(S::mul(p, S::sub(S::load(pd), dsum)), scale);
+            S::store(pd, ds);
         }
     }
     // dq = Σ_j ds_j · k_j, BLOCK rows at a time.
@@ -212,7 +249,7 @@ pub(crate) unsafe fn query_tile(
         }
         // SAFETY: rows j0..j0+nb of dp, k rows of d values, acc1 [d][16].
         unsafe {
-            accumulate_rows(
+            accumulate_rows::<S>(
                 &mut s.acc1,
                 &s.dp[j0 * LANES..(j0 + nb) * LANES],
                 &rows[..nb],
@@ -224,9 +261,9 @@ pub(crate) unsafe fn query_tile(
     let (mut mx, mut sm, mut ds) = ([0f32; LANES], [0f32; LANES], [0f32; LANES]);
     // SAFETY: 16 f32s each.
     unsafe {
-        _mm512_storeu_ps(mx.as_mut_ptr(), max);
-        _mm512_storeu_ps(sm.as_mut_ptr(), sum);
-        _mm512_storeu_ps(ds.as_mut_ptr(), dsum);
+        S::store(mx.as_mut_ptr(), max);
+        S::store(sm.as_mut_ptr(), sum);
+        S::store(ds.as_mut_ptr(), dsum);
     }
     for (l, &(i, h)) in lanes.iter().enumerate() {
         let live_row = has & (1 << l) != 0;
@@ -256,8 +293,66 @@ pub(crate) unsafe fn query_tile(
 /// As [`query_tile`]; every query tile has run (the stats are written); the KV rows' dk/dv
 /// rows belong to this thread.
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,fma")]
 pub(crate) unsafe fn kv_tile(
+    io: &BackIo,
+    hk: usize,
+    j0: usize,
+    n: usize,
+    group: usize,
+    s: &mut BackScratch,
+) {
+    if wide() {
+        // SAFETY: the caller's contract; AVX-512 checked.
+        unsafe { kv_tile_avx512(io, hk, j0, n, group, s) }
+    } else {
+        // SAFETY: the caller's contract (AVX2, FMA, F16C).
+        unsafe { kv_tile_avx2(io, hk, j0, n, group, s) }
+    }
+}
+
+/// [`kv_tile_with`] compiled for AVX-512.
+///
+/// # Safety
+/// As [`kv_tile`]; AVX-512 present.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,f16c,fma")]
+unsafe fn kv_tile_avx512(
+    io: &BackIo,
+    hk: usize,
+    j0: usize,
+    n: usize,
+    group: usize,
+    s: &mut BackScratch,
+) {
+    // SAFETY: the caller's contract.
+    unsafe { kv_tile_with::<Wide>(io, hk, j0, n, group, s) }
+}
+
+/// [`kv_tile_with`] compiled for AVX2.
+///
+/// # Safety
+/// As [`kv_tile`].
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn kv_tile_avx2(
+    io: &BackIo,
+    hk: usize,
+    j0: usize,
+    n: usize,
+    group: usize,
+    s: &mut BackScratch,
+) {
+    // SAFETY: the caller's contract.
+    unsafe { kv_tile_with::<Pair>(io, hk, j0, n, group, s) }
+}
+
+/// The KV tile over 16 lanes of either kind.
+///
+/// # Safety
+/// As [`kv_tile`]; `S`'s instruction set present.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn kv_tile_with<S: Lanes16>(
     io: &BackIo,
     hk: usize,
     j0: usize,
@@ -268,7 +363,7 @@ pub(crate) unsafe fn kv_tile(
     let (d, n_q, n_head) = (io.q.layout.ne[0], io.q.layout.ne[1], io.q.layout.ne[2]);
     let (dv, n_kv) = (io.v.layout.ne[0], io.k.layout.ne[1]);
     debug_assert!((1..=LANES).contains(&n) && d <= MAX_D && dv <= MAX_D);
-    let live: __mmask16 = if n == LANES { 0xFFFF } else { (1u16 << n) - 1 };
+    let live: u16 = if n == LANES { 0xFFFF } else { (1u16 << n) - 1 };
     s.rows(BLOCK);
     if n < LANES {
         s.a_t[..d * LANES].fill(0.0);
@@ -291,8 +386,8 @@ pub(crate) unsafe fn kv_tile(
     }
     s.acc1[..d * LANES].fill(0.0);
     s.acc2[..dv * LANES].fill(0.0);
-    let neg_inf = _mm512_set1_ps(f32::NEG_INFINITY);
-    let scale = _mm512_set1_ps(io.scale);
+    let neg_inf = S::splat(f32::NEG_INFINITY);
+    let scale = S::splat(io.scale);
     let (mut q_rows, mut o_rows) = (
         [std::ptr::null::<f32>(); BLOCK],
         [std::ptr::null::<f32>(); BLOCK],
@@ -315,15 +410,15 @@ pub(crate) unsafe fn kv_tile(
             let m = match &io.mask {
                 // SAFETY: elements j0..j0+n of mask row i exist (caller).
                 Some(mt) => unsafe {
-                    _mm512_mask_loadu_ps(
+                    S::load_masked(
                         neg_inf,
                         live,
                         (mt.ptr.add(i * mt.layout.nb[1]) as *const f32).add(j0),
                     )
                 },
-                None => _mm512_mask_blend_ps(live, neg_inf, _mm512_setzero_ps()),
+                None => S::blend(live, neg_inf, S::zero()),
             };
-            if _mm512_cmp_ps_mask::<_CMP_NEQ_UQ>(m, neg_inf) == 0 {
+            if S::ne(m, neg_inf) == 0 {
                 continue;
             }
             q_rows[nb] = io.q.row_f32_ptr(i, h, 0);
@@ -331,11 +426,11 @@ pub(crate) unsafe fn kv_tile(
             stats[nb] = (lse as f32, dsum as f32);
             // The mask waits in row nb of s until the block's scores are computed.
             // SAFETY: row nb < BLOCK of s.
-            unsafe { _mm512_storeu_ps(s.s.as_mut_ptr().add(nb * LANES), m) };
+            unsafe { S::store(s.s.as_mut_ptr().add(nb * LANES), m) };
             nb += 1;
             if nb == BLOCK {
                 // SAFETY: BLOCK rows of s/dp, q rows of d and dO rows of dv values.
-                unsafe { kv_block(s, &q_rows, &o_rows, &stats, scale, live, d, dv) };
+                unsafe { kv_block::<S>(s, &q_rows, &o_rows, &stats, scale, live, d, dv) };
                 nb = 0;
             }
         }
@@ -343,7 +438,7 @@ pub(crate) unsafe fn kv_tile(
     if nb > 0 {
         // SAFETY: as above, nb rows.
         unsafe {
-            kv_block(
+            kv_block::<S>(
                 s,
                 &q_rows[..nb],
                 &o_rows[..nb],
@@ -377,21 +472,20 @@ pub(crate) unsafe fn kv_tile(
 /// q·k_j·scale + mask`, `s.dp[j] = dO·v_j`, and the running maximum.
 ///
 /// # Safety
-/// AVX-512F; rows `(j, hk)` of k and v exist, rows j of `s.s`/`s.dp`.
+/// `S`'s instruction set; rows `(j, hk)` of k and v exist, rows j of `s.s`/`s.dp`.
 #[cfg(target_arch = "x86_64")]
-#[inline]
-#[target_feature(enable = "avx512f,fma")]
-unsafe fn query_scores(
+#[inline(always)]
+unsafe fn query_scores<S: Lanes16>(
     io: &BackIo,
     hk: usize,
     js: &[usize],
     s: &mut BackScratch,
-    scale: __m512,
-    max: &mut __m512,
+    scale: S::V,
+    max: &mut S::V,
 ) {
     let (d, dv) = (io.q.layout.ne[0], io.v.layout.ne[0]);
-    let mut sc = [_mm512_setzero_ps(); 4];
-    let mut dp = [_mm512_setzero_ps(); 4];
+    let mut sc = [S::zero(); 4];
+    let mut dp = [S::zero(); 4];
     // SAFETY: the caller's contract.
     unsafe {
         if js.len() == 4 {
@@ -399,15 +493,15 @@ unsafe fn query_scores(
                 std::array::from_fn(|r| io.k.row_f32_ptr(js[r], hk, 0) as *const f32);
             let v: [*const f32; 4] =
                 std::array::from_fn(|r| io.v.row_f32_ptr(js[r], hk, 0) as *const f32);
-            sc = lane_dots4(&s.a_t, k, d);
-            dp = lane_dots4(&s.b_t, v, dv);
+            sc = lane_dots4::<S>(&s.a_t, k, d);
+            dp = lane_dots4::<S>(&s.b_t, v, dv);
         } else {
-            sc[0] = lane_dots(
+            sc[0] = lane_dots::<S>(
                 &s.a_t,
                 std::slice::from_raw_parts(io.k.row_f32_ptr(js[0], hk, 0), d),
                 d,
             );
-            dp[0] = lane_dots(
+            dp[0] = lane_dots::<S>(
                 &s.b_t,
                 std::slice::from_raw_parts(io.v.row_f32_ptr(js[0], hk, 0), dv),
                 dv,
@@ -415,10 +509,10 @@ unsafe fn query_scores(
         }
         for (r, &j) in js.iter().enumerate() {
             let ps = s.s.as_mut_ptr().add(j * LANES);
-            let v = _mm512_fmadd_ps(sc[r], scale, _mm512_loadu_ps(ps));
-            _mm512_storeu_ps(ps, v);
-            _mm512_storeu_ps(s.dp.as_mut_ptr().add(j * LANES), dp[r]);
-            *max = _mm512_max_ps(*max, v);
+            let v = S::fmadd(sc[r], scale, S::load(ps));
+            S::store(ps, v);
+            S::store(s.dp.as_mut_ptr().add(j * LANES), dp[r]);
+            *max = S::max(*max, v);
         }
     }
 }
@@ -427,18 +521,17 @@ unsafe fn query_scores(
 /// `s.s`, `ds` into `s.dp` (scores four queries at a time), then [`flush`].
 ///
 /// # Safety
-/// AVX-512F; `q_rows`/`o_rows` hold d / dv values each, one per row of `s.s`/`s.dp`.
+/// `S`'s instruction set; `q_rows`/`o_rows` hold d / dv values each, one per row of `s.s`/`s.dp`.
 #[cfg(target_arch = "x86_64")]
-#[inline]
-#[target_feature(enable = "avx512f,fma")]
+#[inline(always)]
 #[allow(clippy::too_many_arguments)]
-unsafe fn kv_block(
+unsafe fn kv_block<S: Lanes16>(
     s: &mut BackScratch,
     q_rows: &[*const f32],
     o_rows: &[*const f32],
     stats: &[(f32, f32)],
-    scale: __m512,
-    live: __mmask16,
+    scale: S::V,
+    live: u16,
     d: usize,
     dv: usize,
 ) {
@@ -446,45 +539,41 @@ unsafe fn kv_block(
     let mut r0 = 0;
     while r0 < nb {
         let w = if nb - r0 >= 4 { 4 } else { 1 };
-        let mut sc = [_mm512_setzero_ps(); 4];
-        let mut dp = [_mm512_setzero_ps(); 4];
+        let mut sc = [S::zero(); 4];
+        let mut dp = [S::zero(); 4];
         // SAFETY: the caller's contract.
         unsafe {
             if w == 4 {
-                sc = lane_dots4(&s.a_t, std::array::from_fn(|r| q_rows[r0 + r]), d);
-                dp = lane_dots4(&s.b_t, std::array::from_fn(|r| o_rows[r0 + r]), dv);
+                sc = lane_dots4::<S>(&s.a_t, std::array::from_fn(|r| q_rows[r0 + r]), d);
+                dp = lane_dots4::<S>(&s.b_t, std::array::from_fn(|r| o_rows[r0 + r]), dv);
             } else {
-                sc[0] = lane_dots(&s.a_t, std::slice::from_raw_parts(q_rows[r0], d), d);
-                dp[0] = lane_dots(&s.b_t, std::slice::from_raw_parts(o_rows[r0], dv), dv);
+                sc[0] = lane_dots::<S>(&s.a_t, std::slice::from_raw_parts(q_rows[r0], d), d);
+                dp[0] = lane_dots::<S>(&s.b_t, std::slice::from_raw_parts(o_rows[r0], dv), dv);
             }
             for r in 0..w {
                 let (lse, dsum) = stats[r0 + r];
                 let ps = s.s.as_mut_ptr().add((r0 + r) * LANES);
-                let sc = _mm512_fmadd_ps(sc[r], scale, _mm512_loadu_ps(ps));
-                let p = vexp::exp16(_mm512_sub_ps(sc, _mm512_set1_ps(lse)));
-                let p = _mm512_maskz_mov_ps(live, p);
-                let ds = _mm512_mul_ps(
-                    _mm512_mul_ps(p, _mm512_sub_ps(dp[r], _mm512_set1_ps(dsum))),
-                    scale,
-                );
-                _mm512_storeu_ps(ps, p);
-                _mm512_storeu_ps(s.dp.as_mut_ptr().add((r0 + r) * LANES), ds);
+                let sc = S::fmadd(sc[r], scale, S::load(ps));
+                let p = S::exp(S::sub(sc, S::splat(lse)));
+                let p = S::blend(live, S::zero(), p);
+                let ds = S::mul(S::mul(p, S::sub(dp[r], S::splat(dsum))), scale);
+                S::store(ps, p);
+                S::store(s.dp.as_mut_ptr().add((r0 + r) * LANES), ds);
             }
         }
         r0 += w;
     }
     // SAFETY: the caller's contract.
-    unsafe { flush(s, q_rows, o_rows, d, dv) };
+    unsafe { flush::<S>(s, q_rows, o_rows, d, dv) };
 }
 
 /// `dk += Σ ds·q`, `dv += Σ p·dO` over the collected queries.
 ///
 /// # Safety
-/// AVX-512F; `s.s`/`s.dp` hold `q_rows.len()` rows; the row pointers hold d / dv values.
+/// `S`'s instruction set; `s.s`/`s.dp` hold `q_rows.len()` rows; the row pointers hold d / dv values.
 #[cfg(target_arch = "x86_64")]
-#[inline]
-#[target_feature(enable = "avx512f,fma")]
-unsafe fn flush(
+#[inline(always)]
+unsafe fn flush<S: Lanes16>(
     s: &mut BackScratch,
     q_rows: &[*const f32],
     o_rows: &[*const f32],
@@ -494,8 +583,8 @@ unsafe fn flush(
     let nb = q_rows.len();
     // SAFETY: see the function's contract.
     unsafe {
-        accumulate_rows(&mut s.acc1, &s.dp[..nb * LANES], q_rows, d);
-        accumulate_rows(&mut s.acc2, &s.s[..nb * LANES], o_rows, dv);
+        accumulate_rows::<S>(&mut s.acc1, &s.dp[..nb * LANES], q_rows, d);
+        accumulate_rows::<S>(&mut s.acc2, &s.s[..nb * LANES], o_rows, dv);
     }
 }
 
@@ -503,21 +592,25 @@ unsafe fn flush(
 /// `[rows][16]`), eight columns in registers at a time, rows in order.
 ///
 /// # Safety
-/// AVX-512F; `acc` holds `width` rows of 16, `w` `rows.len()` rows of 16, each row pointer
+/// `S`'s instruction set; `acc` holds `width` rows of 16, `w` `rows.len()` rows of 16, each row pointer
 /// `width` values.
 #[cfg(target_arch = "x86_64")]
-#[inline]
-#[target_feature(enable = "avx512f,fma")]
-unsafe fn accumulate_rows(acc: &mut [f32], w: &[f32], rows: &[*const f32], width: usize) {
+#[inline(always)]
+unsafe fn accumulate_rows<S: Lanes16>(
+    acc: &mut [f32],
+    w: &[f32],
+    rows: &[*const f32],
+    width: usize,
+) {
     let mut c = 0;
     while c + 8 <= width {
         // SAFETY: columns c..c+8 < width.
-        unsafe { accumulate_cols::<8>(acc, w, rows, c) };
+        unsafe { accumulate_cols::<S, 8>(acc, w, rows, c) };
         c += 8;
     }
     while c < width {
         // SAFETY: column c < width.
-        unsafe { accumulate_cols::<1>(acc, w, rows, c) };
+        unsafe { accumulate_cols::<S, 1>(acc, w, rows, c) };
         c += 1;
     }
 }
@@ -527,37 +620,36 @@ unsafe fn accumulate_rows(acc: &mut [f32], w: &[f32], rows: &[*const f32], width
 /// # Safety
 /// As [`accumulate_rows`], `c + W ≤ width`.
 #[cfg(target_arch = "x86_64")]
-#[inline]
-#[target_feature(enable = "avx512f,fma")]
-unsafe fn accumulate_cols<const W: usize>(
+#[inline(always)]
+unsafe fn accumulate_cols<S: Lanes16, const W: usize>(
     acc: &mut [f32],
     w: &[f32],
     rows: &[*const f32],
     c: usize,
 ) {
-    let mut r = [_mm512_setzero_ps(); W];
+    let mut r = [S::zero(); W];
     for (t, rt) in r.iter_mut().enumerate() {
         // SAFETY: row c + t of acc.
-        *rt = unsafe { _mm512_loadu_ps(acc.as_ptr().add((c + t) * LANES)) };
+        *rt = unsafe { S::load(acc.as_ptr().add((c + t) * LANES)) };
     }
     for (jj, &row) in rows.iter().enumerate() {
         // SAFETY: row jj of w; value c + t of the row.
         unsafe {
-            let wj = _mm512_loadu_ps(w.as_ptr().add(jj * LANES));
+            let wj = S::load(w.as_ptr().add(jj * LANES));
             for (t, rt) in r.iter_mut().enumerate() {
-                *rt = _mm512_fmadd_ps(wj, _mm512_set1_ps(*row.add(c + t)), *rt);
+                *rt = S::fmadd(wj, S::splat(*row.add(c + t)), *rt);
             }
         }
     }
     for (t, rt) in r.iter().enumerate() {
         // SAFETY: row c + t of acc.
-        unsafe { _mm512_storeu_ps(acc.as_mut_ptr().add((c + t) * LANES), *rt) };
+        unsafe { S::store(acc.as_mut_ptr().add((c + t) * LANES), *rt) };
     }
 }
 
 #[cfg(not(target_arch = "x86_64"))]
 pub(crate) unsafe fn query_tile(_: &BackIo, _: usize, _: &[(usize, usize)], _: &mut BackScratch) {
-    unreachable!("attention_back tiles are only offered where AVX-512 is available");
+    unreachable!("attention_back tiles are only offered where AVX2 or AVX-512 is available");
 }
 
 #[cfg(not(target_arch = "x86_64"))]
@@ -569,5 +661,5 @@ pub(crate) unsafe fn kv_tile(
     _: usize,
     _: &mut BackScratch,
 ) {
-    unreachable!("attention_back tiles are only offered where AVX-512 is available");
+    unreachable!("attention_back tiles are only offered where AVX2 or AVX-512 is available");
 }

@@ -4,13 +4,12 @@
 //! 16 lanes of a tile ((query row, head) pairs sharing a KV head) fill one vector everywhere:
 //! scores (queries transposed), maxima, `exp`, and `acc[c] += p · v[c]` with the sums laid
 //! out `[dv][16]`, so nothing is reduced horizontally. A lane's result does not depend on
-//! its tile mates or the thread count.
+//! its tile mates or the thread count. The tiles are written once over
+//! [`Lanes16`](super::lanes16::Lanes16) and run as one AVX-512 register or two AVX2 ones,
+//! with the same bits.
 
 #[cfg(target_arch = "x86_64")]
-use std::arch::x86_64::*;
-
-#[cfg(target_arch = "x86_64")]
-use super::vexp;
+use super::lanes16::{Lanes16, Pair, Wide};
 use crate::kernels::RawTensor;
 
 /// KV rows per block.
@@ -20,8 +19,13 @@ pub(crate) const LANES: usize = 16;
 /// Largest head size (the graph builder's limit).
 pub(crate) const MAX_D: usize = 512;
 
-/// Whether [`attend_blocked`] can run here.
+/// Whether [`attend_blocked`] can run here (AVX2 + FMA + F16C at least).
 pub(crate) fn available() -> bool {
+    super::Isa::detected() >= super::Isa::Avx2
+}
+
+/// Whether the tiles run as AVX-512 ([`Wide`]) rather than AVX2 ([`Pair`]).
+pub(crate) fn wide() -> bool {
     super::Isa::detected() >= super::Isa::Avx512Vnni
 }
 
@@ -73,8 +77,50 @@ impl TileScratch {
 /// [`available`]; the tensors are as documented on [`TileIo`] and in bounds for the lanes and
 /// `n_kv`; the lanes' output rows belong to this thread.
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,f16c,fma")]
 pub(crate) unsafe fn attend_blocked(
+    io: &TileIo,
+    hk: usize,
+    lanes: &[(usize, usize)],
+    s: &mut TileScratch,
+) {
+    if wide() {
+        // SAFETY: the caller's contract; AVX-512 checked.
+        unsafe { attend_avx512(io, hk, lanes, s) }
+    } else {
+        // SAFETY: the caller's contract (AVX2, FMA and F16C: `available`).
+        unsafe { attend_avx2(io, hk, lanes, s) }
+    }
+}
+
+/// [`attend`] compiled for AVX-512.
+///
+/// # Safety
+/// As [`attend_blocked`]; AVX-512 present.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,f16c,fma")]
+unsafe fn attend_avx512(io: &TileIo, hk: usize, lanes: &[(usize, usize)], s: &mut TileScratch) {
+    // SAFETY: the caller's contract.
+    unsafe { attend::<Wide>(io, hk, lanes, s) }
+}
+
+/// [`attend`] compiled for AVX2.
+///
+/// # Safety
+/// As [`attend_blocked`].
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn attend_avx2(io: &TileIo, hk: usize, lanes: &[(usize, usize)], s: &mut TileScratch) {
+    // SAFETY: the caller's contract.
+    unsafe { attend::<Pair>(io, hk, lanes, s) }
+}
+
+/// The tile, over 16 lanes of either kind (inlined into the entry points above).
+///
+/// # Safety
+/// As [`attend_blocked`]; `S`'s instruction set present.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn attend<S: Lanes16>(
     io: &TileIo,
     hk: usize,
     lanes: &[(usize, usize)],
@@ -84,7 +130,7 @@ pub(crate) unsafe fn attend_blocked(
     let (d, dv) = (q.layout.ne[0], v.layout.ne[0]);
     let n = lanes.len();
     debug_assert!((1..=LANES).contains(&n) && d <= MAX_D && dv <= MAX_D);
-    let live: __mmask16 = if n == LANES { 0xFFFF } else { (1u16 << n) - 1 };
+    let live: u16 = if n == LANES { 0xFFFF } else { (1u16 << n) - 1 };
     // Lanes past `n` keep whatever they hold: `live`/`upd` mask them everywhere.
     let q_step = q.layout.nb[0] / 4;
     for (l, &(i, h)) in lanes.iter().enumerate() {
@@ -99,8 +145,8 @@ pub(crate) unsafe fn attend_blocked(
     // Only KV rows some lane can see: outside [first, last] every lane's mask is −∞, so
     // skipping them changes nothing.
     let vis = match &io.mask {
-        // SAFETY: each lane's mask row holds n_kv F32 values (caller); AVX-512F.
-        Some(m) => unsafe { visibility(m, lanes, io.n_kv) },
+        // SAFETY: each lane's mask row holds n_kv F32 values (caller); S's ISA.
+        Some(m) => unsafe { visibility::<S>(m, lanes, io.n_kv) },
         None => Visibility {
             first: 0,
             last: io.n_kv,
@@ -112,13 +158,8 @@ pub(crate) unsafe fn attend_blocked(
     // from the runs' bounds; any other mask is gathered element by element.
     let (lo, hi) = match vis.ranges {
         // SAFETY: 16 i32s each.
-        Some((lo, hi)) => unsafe {
-            (
-                _mm512_loadu_si512(lo.as_ptr() as *const __m512i),
-                _mm512_loadu_si512(hi.as_ptr() as *const __m512i),
-            )
-        },
-        None => (_mm512_setzero_si512(), _mm512_setzero_si512()),
+        Some((lo, hi)) => unsafe { (S::load_i(lo.as_ptr()), S::load_i(hi.as_ptr())) },
+        None => (S::splat_i(0), S::splat_i(0)),
     };
     let mut idx = [0i32; LANES];
     if let Some(m) = &io.mask {
@@ -127,9 +168,9 @@ pub(crate) unsafe fn attend_blocked(
         }
     }
     // SAFETY: 16 i32s.
-    let idx = unsafe { _mm512_loadu_si512(idx.as_ptr() as *const __m512i) };
-    let neg_inf = _mm512_set1_ps(f32::NEG_INFINITY);
-    let (mut max, mut sum) = (neg_inf, _mm512_setzero_ps());
+    let idx = unsafe { S::load_i(idx.as_ptr()) };
+    let neg_inf = S::splat(f32::NEG_INFINITY);
+    let (mut max, mut sum) = (neg_inf, S::zero());
     let mut j0 = first;
     while j0 < last {
         let nb = KV_BLOCK.min(last - j0);
@@ -139,27 +180,27 @@ pub(crate) unsafe fn attend_blocked(
             let j = j0 + jj;
             let m = match &io.mask {
                 Some(_) if vis.ranges.is_some() => {
-                    let jv = _mm512_set1_epi32(j as i32);
-                    let seen = _mm512_cmpge_epi32_mask(jv, lo) & _mm512_cmplt_epi32_mask(jv, hi);
-                    _mm512_mask_blend_ps(seen & live, neg_inf, _mm512_setzero_ps())
+                    let jv = S::splat_i(j as i32);
+                    let seen = S::ge_i(jv, lo) & S::lt_i(jv, hi);
+                    S::blend(seen & live, neg_inf, S::zero())
                 }
                 // SAFETY: element (j, i_l) is inside the mask for every live lane (caller).
                 Some(mt) => unsafe {
-                    _mm512_mask_i32gather_ps::<4>(
+                    S::gather(
                         neg_inf,
                         live,
-                        _mm512_add_epi32(idx, _mm512_set1_epi32(j as i32)),
+                        S::add_i(idx, S::splat_i(j as i32)),
                         mt.ptr as *const f32,
                     )
                 },
-                None => _mm512_mask_blend_ps(live, neg_inf, _mm512_setzero_ps()),
+                None => S::blend(live, neg_inf, S::zero()),
             };
             // SAFETY: row jj < KV_BLOCK of p.
-            unsafe { _mm512_storeu_ps(s.p.as_mut_ptr().add(jj * LANES), m) };
-            *nj = _mm512_cmp_ps_mask::<_CMP_NEQ_UQ>(m, neg_inf) != 0;
+            unsafe { S::store(s.p.as_mut_ptr().add(jj * LANES), m) };
+            *nj = S::ne(m, neg_inf) != 0;
             if *nj {
                 // SAFETY: row (j, hk) of k is inside k, contiguous F16 or F32 (caller).
-                unsafe { load_row(k, j, hk, &mut s.k_blk[jj * d..(jj + 1) * d]) };
+                unsafe { load_row::<S>(k, j, hk, &mut s.k_blk[jj * d..(jj + 1) * d]) };
             }
         }
         // Scores of the block, [nb][16], four K rows per pass over the queries; rows every
@@ -171,7 +212,7 @@ pub(crate) unsafe fn attend_blocked(
             if rows.iter().all(|&r| !need[r]) {
                 for &r in rows.iter().take(nb - jj) {
                     // SAFETY: row r < KV_BLOCK of p.
-                    unsafe { _mm512_storeu_ps(s.p.as_mut_ptr().add(r * LANES), neg_inf) };
+                    unsafe { S::store(s.p.as_mut_ptr().add(r * LANES), neg_inf) };
                 }
                 jj += 4;
                 continue;
@@ -179,73 +220,70 @@ pub(crate) unsafe fn attend_blocked(
             let kp = rows.map(|r| s.k_blk[r * d..(r + 1) * d].as_ptr());
             // SAFETY: rows of k_blk hold d values each (stale rows are never used); q_t
             // holds d rows.
-            let dots = unsafe { lane_dots4(&s.q_t, kp, d) };
+            let dots = unsafe { lane_dots4::<S>(&s.q_t, kp, d) };
             for (r, dot) in dots.iter().enumerate().take(nb - jj) {
                 let row = jj + r;
                 // SAFETY: row < KV_BLOCK of p (holding the mask).
                 unsafe {
                     let pp = s.p.as_mut_ptr().add(row * LANES);
                     let score = if need[row] {
-                        _mm512_add_ps(
-                            _mm512_mul_ps(*dot, _mm512_set1_ps(io.scale)),
-                            _mm512_loadu_ps(pp),
-                        )
+                        S::add(S::mul(*dot, S::splat(io.scale)), S::load(pp))
                     } else {
                         neg_inf
                     };
-                    _mm512_storeu_ps(pp, score);
-                    blk_max = _mm512_max_ps(blk_max, score);
+                    S::store(pp, score);
+                    blk_max = S::max(blk_max, score);
                 }
             }
             jj += 4;
         }
-        let upd = _mm512_cmp_ps_mask::<_CMP_NEQ_UQ>(blk_max, neg_inf) & live;
+        let upd = S::ne(blk_max, neg_inf) & live;
         if upd == 0 {
             j0 += nb;
             continue;
         }
-        let new_max = _mm512_mask_max_ps(max, upd, max, blk_max);
-        let grew = _mm512_mask_cmp_ps_mask::<_CMP_GT_OQ>(upd, new_max, max);
+        let new_max = S::blend(upd, max, S::max(max, blk_max));
+        let grew = S::gt(new_max, max) & upd;
         if grew != 0 {
-            // SAFETY: AVX-512F is enabled here.
-            let e = unsafe { vexp::exp16(_mm512_sub_ps(max, new_max)) };
-            let ms = _mm512_mask_mov_ps(_mm512_set1_ps(1.0), grew, e);
-            sum = _mm512_mul_ps(sum, ms);
+            // SAFETY: S's ISA (caller).
+            let e = unsafe { S::exp(S::sub(max, new_max)) };
+            let ms = S::blend(grew, S::splat(1.0), e);
+            sum = S::mul(sum, ms);
             for c in 0..dv {
                 // SAFETY: row c < dv of acc ([dv][16]).
                 unsafe {
                     let p = s.acc.as_mut_ptr().add(c * LANES);
-                    _mm512_storeu_ps(p, _mm512_mul_ps(_mm512_loadu_ps(p), ms));
+                    S::store(p, S::mul(S::load(p), ms));
                 }
             }
         }
         max = new_max;
-        let mut psum = _mm512_setzero_ps();
+        let mut psum = S::zero();
         for jj in 0..nb {
-            // SAFETY: row jj of p; AVX-512F is enabled here.
+            // SAFETY: row jj of p; S's ISA (caller).
             unsafe {
                 let pp = s.p.as_mut_ptr().add(jj * LANES);
-                let e = vexp::exp16(_mm512_sub_ps(_mm512_loadu_ps(pp), max));
+                let e = S::exp(S::sub(S::load(pp), max));
                 // Lanes without a finite score in this block (and masked entries, exp(−∞))
                 // weigh nothing.
-                let e = _mm512_maskz_mov_ps(upd, e);
-                _mm512_storeu_ps(pp, e);
-                psum = _mm512_add_ps(psum, e);
+                let e = S::blend(upd, S::zero(), e);
+                S::store(pp, e);
+                psum = S::add(psum, e);
             }
             // SAFETY: row (j0 + jj, hk) of v is inside v, contiguous F16 or F32 (caller).
-            unsafe { load_row(v, j0 + jj, hk, &mut s.v_blk[jj * dv..(jj + 1) * dv]) };
+            unsafe { load_row::<S>(v, j0 + jj, hk, &mut s.v_blk[jj * dv..(jj + 1) * dv]) };
         }
-        sum = _mm512_add_ps(sum, psum);
+        sum = S::add(sum, psum);
         // acc[c] += Σ_jj p[jj] · v[jj][c], eight value columns at a time in registers.
         let mut c = 0;
         while c < dv {
             // SAFETY: rows c..c+8 (or c) of acc, rows jj < nb of p and v_blk (dv values each).
             unsafe {
                 if c + 8 <= dv {
-                    accumulate::<8>(&mut s.acc, &s.p, &s.v_blk, dv, nb, c);
+                    accumulate::<S, 8>(&mut s.acc, &s.p, &s.v_blk, dv, nb, c);
                     c += 8;
                 } else {
-                    accumulate::<1>(&mut s.acc, &s.p, &s.v_blk, dv, nb, c);
+                    accumulate::<S, 1>(&mut s.acc, &s.p, &s.v_blk, dv, nb, c);
                     c += 1;
                 }
             }
@@ -254,7 +292,7 @@ pub(crate) unsafe fn attend_blocked(
     }
     let mut sums = [0f32; LANES];
     // SAFETY: 16 f32s.
-    unsafe { _mm512_storeu_ps(sums.as_mut_ptr(), sum) };
+    unsafe { S::store(sums.as_mut_ptr(), sum) };
     for (l, &(i, h)) in lanes.iter().enumerate() {
         let inv = if sums[l] > 0.0 { 1.0 / sums[l] } else { 0.0 };
         let out = io.dst.row_f32_ptr(h, i, 0);
@@ -272,7 +310,7 @@ pub(crate) unsafe fn attend_blocked(
     _: &[(usize, usize)],
     _: &mut TileScratch,
 ) {
-    unreachable!("attend_blocked is only offered where AVX-512 is available");
+    unreachable!("attend_blocked is only offered where AVX2 or AVX-512 is available");
 }
 
 /// Which KV rows a tile's lanes can see.
@@ -287,13 +325,17 @@ struct Visibility {
 /// Scans each distinct mask row of the tile once (16 values per step).
 ///
 /// # Safety
-/// AVX-512F; the mask is F32 with contiguous rows; row `i` of every lane holds `n_kv` values
+/// `S`'s ISA; the mask is F32 with contiguous rows; row `i` of every lane holds `n_kv` values
 /// (fewer than 2³¹).
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f")]
-unsafe fn visibility(m: &RawTensor, lanes: &[(usize, usize)], n_kv: usize) -> Visibility {
-    let neg_inf = _mm512_set1_ps(f32::NEG_INFINITY);
-    let zero = _mm512_setzero_ps();
+#[inline(always)]
+unsafe fn visibility<S: Lanes16>(
+    m: &RawTensor,
+    lanes: &[(usize, usize)],
+    n_kv: usize,
+) -> Visibility {
+    let neg_inf = S::splat(f32::NEG_INFINITY);
+    let zero = S::zero();
     let (mut first, mut last) = (n_kv, 0);
     let (mut lo, mut hi) = ([0i32; LANES], [0i32; LANES]);
     let mut plain = true;
@@ -308,15 +350,15 @@ unsafe fn visibility(m: &RawTensor, lanes: &[(usize, usize)], n_kv: usize) -> Vi
                 let mut j = 0;
                 while j < n_kv {
                     let w = (n_kv - j).min(16);
-                    let k: __mmask16 = if w == 16 { 0xFFFF } else { (1u16 << w) - 1 };
+                    let k: u16 = if w == 16 { 0xFFFF } else { (1u16 << w) - 1 };
                     // SAFETY: values j..j + w of the row (caller).
-                    let x = unsafe { _mm512_maskz_loadu_ps(k, row.add(j)) };
-                    let vis = _mm512_mask_cmp_ps_mask::<_CMP_NEQ_UQ>(k, x, neg_inf);
+                    let x = unsafe { S::load_masked(zero, k, row.add(j)) };
+                    let vis = S::ne(x, neg_inf) & k;
                     if vis != 0 {
                         f = f.min(j + vis.trailing_zeros() as usize);
                         la = j + 16 - vis.leading_zeros() as usize;
                         count += vis.count_ones() as usize;
-                        if _mm512_mask_cmp_ps_mask::<_CMP_NEQ_UQ>(vis, x, zero) != 0 {
+                        if S::ne(x, zero) & vis != 0 {
                             plain = false;
                         }
                     }
@@ -350,18 +392,17 @@ unsafe fn visibility(m: &RawTensor, lanes: &[(usize, usize)], n_kv: usize) -> Vi
 /// Row `(j, hk)` of an F16 or F32 tensor with contiguous rows, as f32.
 ///
 /// # Safety
-/// AVX-512F + F16C; the row exists and holds `out.len()` values.
+/// `S`'s ISA; the row exists and holds `out.len()` values.
 #[cfg(target_arch = "x86_64")]
-#[inline]
-#[target_feature(enable = "avx512f,f16c")]
-unsafe fn load_row(t: &RawTensor, j: usize, hk: usize, out: &mut [f32]) {
+#[inline(always)]
+unsafe fn load_row<S: Lanes16>(t: &RawTensor, j: usize, hk: usize, out: &mut [f32]) {
     if t.layout.dtype == tinynn_format::GgmlType::F32 {
         // SAFETY: the row holds out.len() contiguous f32s (caller).
         let row = unsafe { std::slice::from_raw_parts(t.row_f32_ptr(j, hk, 0), out.len()) };
         out.copy_from_slice(row);
     } else {
         // SAFETY: the row holds out.len() contiguous f16s (caller).
-        unsafe { f16_row_to_f32(t.row(j, hk, 0).as_ptr(), out) };
+        unsafe { f16_row_to_f32::<S>(t.row(j, hk, 0).as_ptr(), out) };
     }
 }
 
@@ -369,29 +410,28 @@ unsafe fn load_row(t: &RawTensor, j: usize, hk: usize, out: &mut [f32]) {
 /// one-row form).
 ///
 /// # Safety
-/// AVX-512F; `q_t` holds `d` rows of 16, `k` holds `d` values.
+/// `S`'s ISA; `q_t` holds `d` rows of 16, `k` holds `d` values.
 #[cfg(target_arch = "x86_64")]
-#[inline]
-#[target_feature(enable = "avx512f,fma")]
-pub(crate) unsafe fn lane_dots(q_t: &[f32], k: &[f32], d: usize) -> __m512 {
-    let mut a = [_mm512_setzero_ps(); 8];
+#[inline(always)]
+pub(crate) unsafe fn lane_dots<S: Lanes16>(q_t: &[f32], k: &[f32], d: usize) -> S::V {
+    let mut a = [S::zero(); 8];
     let mut c = 0;
     while c + 8 <= d {
         for (r, ar) in a.iter_mut().enumerate() {
             // SAFETY: c + r < d.
-            let qv = unsafe { _mm512_loadu_ps(q_t.as_ptr().add((c + r) * LANES)) };
-            *ar = _mm512_fmadd_ps(qv, _mm512_set1_ps(k[c + r]), *ar);
+            let qv = unsafe { S::load(q_t.as_ptr().add((c + r) * LANES)) };
+            *ar = S::fmadd(qv, S::splat(k[c + r]), *ar);
         }
         c += 8;
     }
     while c < d {
         // SAFETY: c < d.
-        let qv = unsafe { _mm512_loadu_ps(q_t.as_ptr().add(c * LANES)) };
-        a[c % 8] = _mm512_fmadd_ps(qv, _mm512_set1_ps(k[c]), a[c % 8]);
+        let qv = unsafe { S::load(q_t.as_ptr().add(c * LANES)) };
+        a[c % 8] = S::fmadd(qv, S::splat(k[c]), a[c % 8]);
         c += 1;
     }
-    let a4 = [0, 1, 2, 3].map(|r| _mm512_add_ps(a[r], a[r + 4]));
-    _mm512_add_ps(_mm512_add_ps(a4[0], a4[1]), _mm512_add_ps(a4[2], a4[3]))
+    let a4 = [0, 1, 2, 3].map(|r| S::add(a[r], a[r + 4]));
+    S::add(S::add(a4[0], a4[1]), S::add(a4[2], a4[3]))
 }
 
 /// Lane dots of four rows at once: `Σ_c t[c][l] · rows[r][c]` for r < 4, two accumulators
@@ -399,21 +439,24 @@ pub(crate) unsafe fn lane_dots(q_t: &[f32], k: &[f32], d: usize) -> __m512 {
 /// scores here; scores and dO·v in the gradient).
 ///
 /// # Safety
-/// AVX-512F; `t` holds `d` rows of 16, each row pointer `d` values.
+/// `S`'s ISA; `t` holds `d` rows of 16, each row pointer `d` values.
 #[cfg(target_arch = "x86_64")]
-#[inline]
-#[target_feature(enable = "avx512f,fma")]
-pub(crate) unsafe fn lane_dots4(t: &[f32], rows: [*const f32; 4], d: usize) -> [__m512; 4] {
-    let mut a = [[_mm512_setzero_ps(); 2]; 4];
+#[inline(always)]
+pub(crate) unsafe fn lane_dots4<S: Lanes16>(
+    t: &[f32],
+    rows: [*const f32; 4],
+    d: usize,
+) -> [S::V; 4] {
+    let mut a = [[S::zero(); 2]; 4];
     let mut c = 0;
     while c + 2 <= d {
         // SAFETY: c + 1 < d rows of t and values of each row.
         unsafe {
-            let t0 = _mm512_loadu_ps(t.as_ptr().add(c * LANES));
-            let t1 = _mm512_loadu_ps(t.as_ptr().add((c + 1) * LANES));
+            let t0 = S::load(t.as_ptr().add(c * LANES));
+            let t1 = S::load(t.as_ptr().add((c + 1) * LANES));
             for (ar, &row) in a.iter_mut().zip(&rows) {
-                ar[0] = _mm512_fmadd_ps(t0, _mm512_set1_ps(*row.add(c)), ar[0]);
-                ar[1] = _mm512_fmadd_ps(t1, _mm512_set1_ps(*row.add(c + 1)), ar[1]);
+                ar[0] = S::fmadd(t0, S::splat(*row.add(c)), ar[0]);
+                ar[1] = S::fmadd(t1, S::splat(*row.add(c + 1)), ar[1]);
             }
         }
         c += 2;
@@ -421,24 +464,23 @@ pub(crate) unsafe fn lane_dots4(t: &[f32], rows: [*const f32; 4], d: usize) -> [
     if c < d {
         // SAFETY: c < d.
         unsafe {
-            let t0 = _mm512_loadu_ps(t.as_ptr().add(c * LANES));
+            let t0 = S::load(t.as_ptr().add(c * LANES));
             for (ar, &row) in a.iter_mut().zip(&rows) {
-                ar[0] = _mm512_fmadd_ps(t0, _mm512_set1_ps(*row.add(c)), ar[0]);
+                ar[0] = S::fmadd(t0, S::splat(*row.add(c)), ar[0]);
             }
         }
     }
-    a.map(|ar| _mm512_add_ps(ar[0], ar[1]))
+    a.map(|ar| S::add(ar[0], ar[1]))
 }
 
 /// `acc[c + r] += Σ_jj p[jj] · v_blk[jj][c + r]` for `r < W` (W a constant, so the sums
 /// stay in registers).
 ///
 /// # Safety
-/// AVX-512F; the rows exist (see the caller).
+/// `S`'s ISA; the rows exist (see the caller).
 #[cfg(target_arch = "x86_64")]
-#[inline]
-#[target_feature(enable = "avx512f,fma")]
-unsafe fn accumulate<const W: usize>(
+#[inline(always)]
+unsafe fn accumulate<S: Lanes16, const W: usize>(
     acc: &mut [f32],
     p: &[f32],
     v_blk: &[f32],
@@ -446,41 +488,40 @@ unsafe fn accumulate<const W: usize>(
     nb: usize,
     c: usize,
 ) {
-    let mut r = [_mm512_setzero_ps(); W];
+    let mut r = [S::zero(); W];
     for (t, rt) in r.iter_mut().enumerate() {
         // SAFETY: row c + t < dv of acc.
-        *rt = unsafe { _mm512_loadu_ps(acc.as_ptr().add((c + t) * LANES)) };
+        *rt = unsafe { S::load(acc.as_ptr().add((c + t) * LANES)) };
     }
     for jj in 0..nb {
         // SAFETY: row jj of p; value (jj, c + t) of v_blk.
         unsafe {
-            let pj = _mm512_loadu_ps(p.as_ptr().add(jj * LANES));
+            let pj = S::load(p.as_ptr().add(jj * LANES));
             let vrow = v_blk.as_ptr().add(jj * dv + c);
             for (t, rt) in r.iter_mut().enumerate() {
-                *rt = _mm512_fmadd_ps(pj, _mm512_set1_ps(*vrow.add(t)), *rt);
+                *rt = S::fmadd(pj, S::splat(*vrow.add(t)), *rt);
             }
         }
     }
     for (t, rt) in r.iter().enumerate() {
         // SAFETY: row c + t < dv of acc.
-        unsafe { _mm512_storeu_ps(acc.as_mut_ptr().add((c + t) * LANES), *rt) };
+        unsafe { S::store(acc.as_mut_ptr().add((c + t) * LANES), *rt) };
     }
 }
 
 /// `out[c] = f32(row[c])` for an F16 row.
 ///
 /// # Safety
-/// AVX-512F + F16C; `row` holds `out.len()` f16 values.
+/// `S`'s ISA; `row` holds `out.len()` f16 values.
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f,f16c")]
-unsafe fn f16_row_to_f32(row: *const u8, out: &mut [f32]) {
+#[inline(always)]
+unsafe fn f16_row_to_f32<S: Lanes16>(row: *const u8, out: &mut [f32]) {
     let n = out.len();
     let mut c = 0;
     while c + 16 <= n {
         // SAFETY: 16 f16s at row + 2c, 16 f32s at out[c..].
         unsafe {
-            let h = _mm256_loadu_si256(row.add(2 * c) as *const __m256i);
-            _mm512_storeu_ps(out.as_mut_ptr().add(c), _mm512_cvtph_ps(h));
+            S::store(out.as_mut_ptr().add(c), S::load_f16(row.add(2 * c)));
         }
         c += 16;
     }

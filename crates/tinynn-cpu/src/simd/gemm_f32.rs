@@ -1,5 +1,5 @@
-//! Blocked f32 matrix product with AVX-512, shared by mul_mat (F32 weights), mul_mat_t and
-//! out_prod: `C(m, i) = Σ_r A(r, i) · B(m, r)` with `C`'s rows contiguous in `i`.
+//! Blocked f32 matrix product with AVX-512 or AVX2 + FMA, shared by mul_mat (F32 weights),
+//! mul_mat_t and out_prod: `C(m, i) = Σ_r A(r, i) · B(m, r)` with `C`'s rows contiguous in `i`.
 //!
 //! Output tiles are 32 `i` (two vectors) × up to 8 `m` (16 accumulators in registers). `A`
 //! is packed per tile into a `[KC][32]` panel on the stack (a copy or a transpose, whichever
@@ -7,7 +7,9 @@
 //! wherever it lies. Work is split into jobs of `IG` tiles of `i` × `MC` values of `m`, and a
 //! job walks the reduction in blocks of `KC`, so the block of `B` it broadcasts from stays in
 //! L2 across its `i` tiles. Every output element sums `r = 0, 1, …` in order in one f32
-//! accumulator: the result depends neither on the job split nor on the thread count.
+//! accumulator: the result depends neither on the job split nor on the thread count, nor on
+//! the instruction set (the AVX2 tile in `gemm_f32/avx2.rs` reads the same panels and makes
+//! the same fused multiply-adds in the same order as the AVX-512 one).
 //!
 //! With `bf16` set (an explicit executor option, never the default) and AVX-512 BF16 present,
 //! `A` and `B` are rounded to bf16 (to nearest, ties to even) as they are packed and
@@ -16,6 +18,9 @@
 
 #[cfg(target_arch = "x86_64")]
 use std::arch::x86_64::*;
+
+#[cfg(target_arch = "x86_64")]
+mod avx2;
 
 /// Lanes of `i` per tile.
 const NR: usize = 32;
@@ -53,8 +58,13 @@ pub(crate) struct Gemm {
     pub bf16: bool,
 }
 
-/// Whether this CPU runs [`Gemm::run_job`].
+/// Whether this CPU runs [`Gemm::run_job`] (AVX2 + FMA at least).
 pub(crate) fn available() -> bool {
+    super::Isa::detected() >= super::Isa::Avx2
+}
+
+/// Whether the AVX-512 tile runs (else the AVX2 one).
+fn wide() -> bool {
     super::Isa::detected() >= super::Isa::Avx512Vnni
 }
 
@@ -63,7 +73,7 @@ pub fn bf16_available() -> bool {
     #[cfg(target_arch = "x86_64")]
     {
         static BF16: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-        available() && *BF16.get_or_init(|| is_x86_feature_detected!("avx512bf16"))
+        wide() && *BF16.get_or_init(|| is_x86_feature_detected!("avx512bf16"))
     }
     #[cfg(not(target_arch = "x86_64"))]
     false
@@ -128,23 +138,26 @@ impl Gemm {
                     bc.resize(KC * MC, 0.0);
                 }
                 // SAFETY: the caller's contract.
-                unsafe { self.run_job_avx512(job, Some(bc)) }
+                unsafe { self.run_job_f32(job, Some(bc), wide()) }
             });
         }
         // SAFETY: the caller's contract.
-        unsafe { self.run_job_avx512(job, None) }
+        unsafe { self.run_job_f32(job, None, wide()) }
     }
 
     #[cfg(not(target_arch = "x86_64"))]
     pub(crate) unsafe fn run_job(&self, _: usize) {
-        unreachable!("gemm_f32 is only offered where AVX-512 is available");
+        unreachable!("gemm_f32 is only offered where AVX2 or AVX-512 is available");
     }
 
-    /// The f32 kernel; with `b_copy` (`KC × MC` values) each reduction block of B is first
-    /// copied there contiguously (B contiguous in m, far apart in r: one page per r).
+    /// The f32 kernel, with the AVX-512 tiles where `wide`, else the AVX2 ones; with `b_copy`
+    /// (`KC × MC` values) each reduction block of B is first copied there contiguously (B
+    /// contiguous in m, far apart in r: one page per r).
+    ///
+    /// # Safety
+    /// As [`Gemm::run_job`]; AVX-512 present where `wide`.
     #[cfg(target_arch = "x86_64")]
-    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,fma")]
-    unsafe fn run_job_avx512(&self, job: usize, mut b_copy: Option<&mut Vec<f32>>) {
+    unsafe fn run_job_f32(&self, job: usize, mut b_copy: Option<&mut Vec<f32>>, wide: bool) {
         let (g, mc) = (job % self.i_groups(), job / self.i_groups());
         let (m0, m1) = (mc * MC, ((mc + 1) * MC).min(self.nm));
         let (i_lo, i_hi) = (g * NR * IG, ((g + 1) * NR * IG).min(self.ni));
@@ -185,8 +198,13 @@ impl Gemm {
             let mut i0 = i_lo;
             while i0 < i_hi {
                 let ni = NR.min(i_hi - i0);
-                // SAFETY: A(r, i) for r0 ≤ r < r0 + kc, i0 ≤ i < i0 + ni (caller).
-                unsafe { self.pack(&mut panel, r0, kc, i0, ni) };
+                if wide {
+                    // SAFETY: A(r, i) for r0 ≤ r < r0 + kc, i0 ≤ i < i0 + ni (caller).
+                    unsafe { self.pack(&mut panel, r0, kc, i0, ni) };
+                } else {
+                    // SAFETY: as above.
+                    unsafe { self.pack_portable(&mut panel, r0, kc, i0, ni) };
+                }
                 let mask = if ni == NR { u32::MAX } else { (1u32 << ni) - 1 };
                 let mut m = m0;
                 while m < m1 {
@@ -202,17 +220,31 @@ impl Gemm {
                         mask,
                         first: r0 == 0,
                     };
-                    // SAFETY: the tile's B values and C rows are in range (caller).
+                    // SAFETY: the tile's B values and C rows are in range (caller); AVX-512
+                    // where `wide`, AVX2 + FMA otherwise (`available`).
                     unsafe {
-                        match mr {
-                            8 => t.run::<8>(),
-                            7 => t.run::<7>(),
-                            6 => t.run::<6>(),
-                            5 => t.run::<5>(),
-                            4 => t.run::<4>(),
-                            3 => t.run::<3>(),
-                            2 => t.run::<2>(),
-                            _ => t.run::<1>(),
+                        if wide {
+                            match mr {
+                                8 => t.run::<8>(),
+                                7 => t.run::<7>(),
+                                6 => t.run::<6>(),
+                                5 => t.run::<5>(),
+                                4 => t.run::<4>(),
+                                3 => t.run::<3>(),
+                                2 => t.run::<2>(),
+                                _ => t.run::<1>(),
+                            }
+                        } else {
+                            match mr {
+                                8 => t.run_avx2::<8>(),
+                                7 => t.run_avx2::<7>(),
+                                6 => t.run_avx2::<6>(),
+                                5 => t.run_avx2::<5>(),
+                                4 => t.run_avx2::<4>(),
+                                3 => t.run_avx2::<3>(),
+                                2 => t.run_avx2::<2>(),
+                                _ => t.run_avx2::<1>(),
+                            }
                         }
                     }
                     m += mr;
@@ -220,6 +252,32 @@ impl Gemm {
                 i0 += ni;
             }
             r0 += kc;
+        }
+    }
+
+    /// [`Gemm::pack`] without AVX-512 (the same panel).
+    ///
+    /// # Safety
+    /// The values exist.
+    #[cfg(target_arch = "x86_64")]
+    unsafe fn pack_portable(
+        &self,
+        panel: &mut [f32; KC * NR],
+        r0: usize,
+        kc: usize,
+        i0: usize,
+        ni: usize,
+    ) {
+        let a = self.a;
+        if a.xs != 1 {
+            // SAFETY: the caller's contract; that branch is portable.
+            return unsafe { self.pack_transposed(panel, r0, kc, i0, ni) };
+        }
+        for (r, row) in panel.chunks_exact_mut(NR).take(kc).enumerate() {
+            // SAFETY: A(r0 + r, i0 + i) for i < ni are contiguous (xs = 1).
+            let src = unsafe { std::slice::from_raw_parts(a.ptr.add((r0 + r) * a.rs + i0), ni) };
+            row[..ni].copy_from_slice(src);
+            row[ni..].fill(0.0);
         }
     }
 
@@ -246,20 +304,38 @@ impl Gemm {
                 }
             }
         } else {
-            // A transposed (mul_mat's weights): element by element, each row of A read in
-            // order (AVX-512 scatters measured slower: 140-150 vs 185-195 GFLOP/s).
-            for i in 0..NR {
-                if i < ni {
-                    // SAFETY: A(r0 + r, i0 + i) for r < kc.
-                    let src = unsafe { a.ptr.add((i0 + i) * a.xs + r0 * a.rs) };
-                    for r in 0..kc {
-                        // SAFETY: as above.
-                        panel[r * NR + i] = unsafe { *src.add(r * a.rs) };
-                    }
-                } else {
-                    for r in 0..kc {
-                        panel[r * NR + i] = 0.0;
-                    }
+            // SAFETY: the caller's contract.
+            unsafe { self.pack_transposed(panel, r0, kc, i0, ni) };
+        }
+    }
+
+    /// [`Gemm::pack`] for A transposed (mul_mat's weights): element by element, each row of A
+    /// read in order (AVX-512 scatters measured slower: 140-150 vs 185-195 GFLOP/s).
+    ///
+    /// # Safety
+    /// The values exist.
+    #[cfg(target_arch = "x86_64")]
+    #[inline]
+    unsafe fn pack_transposed(
+        &self,
+        panel: &mut [f32; KC * NR],
+        r0: usize,
+        kc: usize,
+        i0: usize,
+        ni: usize,
+    ) {
+        let a = self.a;
+        for i in 0..NR {
+            if i < ni {
+                // SAFETY: A(r0 + r, i0 + i) for r < kc.
+                let src = unsafe { a.ptr.add((i0 + i) * a.xs + r0 * a.rs) };
+                for r in 0..kc {
+                    // SAFETY: as above.
+                    panel[r * NR + i] = unsafe { *src.add(r * a.rs) };
+                }
+            } else {
+                for r in 0..kc {
+                    panel[r * NR + i] = 0.0;
                 }
             }
         }
@@ -280,7 +356,7 @@ impl Gemm {
         let (i_lo, i_hi) = (g * NR * IG, ((g + 1) * NR * IG).min(self.ni));
         if self.nr == 0 {
             // SAFETY: as in the f32 kernel.
-            return unsafe { self.run_job_avx512(job, None) };
+            return unsafe { self.run_job_f32(job, None, true) };
         }
         let mut panel = [0u32; KC / 2 * NR];
         // B pairs: [m][p] when B is contiguous in r, else [p][m].
@@ -640,3 +716,6 @@ impl Tile {
         }
     }
 }
+
+#[cfg(all(test, target_arch = "x86_64"))]
+mod tests;

@@ -22,6 +22,8 @@ pub mod dropout;
 pub(crate) mod gemm_f32;
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod hsum512;
+#[cfg(target_arch = "x86_64")]
+pub(crate) mod lanes16;
 pub use gemm_f32::{bf16_available, bf16_bits};
 pub mod packed;
 pub mod quantize_q8;

@@ -1,0 +1,102 @@
+//! The AVX2 + FMA register tile of the f32 GEMM (CPUs without AVX-512).
+//!
+//! It reads the same packed panel as the AVX-512 tile (32 lanes of `i` per reduction step) as
+//! two halves of 16 lanes, and each half in blocks of up to 4 values of `m`: 8 accumulators
+//! (2 ymm × 4), two panel loads and a broadcast fit in the 16 ymm registers. Every output
+//! element is still one f32 accumulator fed by fused multiply-adds over `r` in order, so both
+//! tiles give the same bits.
+
+use std::arch::x86_64::*;
+
+use super::{Tile, NR};
+
+/// Lanes of `i` per half panel.
+const HALF: usize = NR / 2;
+
+/// 8 lanes' mask for `_mm256_maskload_ps` / `_mm256_maskstore_ps`: the first `valid` set.
+///
+/// # Safety
+/// AVX2.
+#[inline]
+#[target_feature(enable = "avx2")]
+unsafe fn first_lanes(valid: usize) -> __m256i {
+    let iota = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    _mm256_cmpgt_epi32(_mm256_set1_epi32(valid.min(8) as i32), iota)
+}
+
+impl Tile {
+    /// [`Tile::run`] on AVX2.
+    ///
+    /// # Safety
+    /// AVX2 + FMA; `kc` panel rows, `B(m, r)` for `m < M`, `r < kc`, and C rows `m < M` (the
+    /// valid lanes) exist.
+    #[target_feature(enable = "avx2,fma")]
+    pub(super) unsafe fn run_avx2<const M: usize>(&self) {
+        // The valid lanes are a prefix of the tile.
+        let lanes = self.mask.count_ones() as usize;
+        for h in 0..2 {
+            let valid = lanes.saturating_sub(HALF * h).min(HALF);
+            if valid == 0 {
+                break;
+            }
+            let mut m = 0;
+            while m < M {
+                let q = (M - m).min(4);
+                // SAFETY: columns m..m+q < M of the tile, lanes of half h (caller).
+                unsafe {
+                    match q {
+                        4 => self.quad::<4>(h, m, valid),
+                        3 => self.quad::<3>(h, m, valid),
+                        2 => self.quad::<2>(h, m, valid),
+                        _ => self.quad::<1>(h, m, valid),
+                    }
+                }
+                m += q;
+            }
+        }
+    }
+
+    /// Lanes `16h..16h + valid` of `C(m0 + q, ·)` for `q < Q`.
+    ///
+    /// # Safety
+    /// As [`Tile::run_avx2`], for those columns and lanes.
+    #[inline]
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn quad<const Q: usize>(&self, h: usize, m0: usize, valid: usize) {
+        let (k0, k1) = (first_lanes(valid), first_lanes(valid.saturating_sub(8)));
+        let mut acc = [[_mm256_setzero_ps(); 2]; Q];
+        if !self.first {
+            for (q, a) in acc.iter_mut().enumerate() {
+                // SAFETY: C row m0 + q, the valid lanes of half h.
+                unsafe {
+                    let c = self.c.add((m0 + q) * self.cm + HALF * h);
+                    a[0] = _mm256_maskload_ps(c, k0);
+                    a[1] = _mm256_maskload_ps(c.add(8), k1);
+                }
+            }
+        }
+        // SAFETY: the panel holds kc rows of NR lanes; B(m0 + q, r) exist for q < Q, r < kc.
+        unsafe {
+            let panel = self.panel.add(HALF * h);
+            let b = self.b.add(m0 * self.bm);
+            for r in 0..self.kc {
+                let a0 = _mm256_loadu_ps(panel.add(r * NR));
+                let a1 = _mm256_loadu_ps(panel.add(r * NR + 8));
+                let br = b.add(r * self.br);
+                for (q, a) in acc.iter_mut().enumerate() {
+                    let bv = _mm256_broadcast_ss(&*br.add(q * self.bm));
+                    a[0] = _mm256_fmadd_ps(a0, bv, a[0]);
+                    a[1] = _mm256_fmadd_ps(a1, bv, a[1]);
+                }
+            }
+        }
+        for (q, a) in acc.iter().enumerate() {
+            // SAFETY: C row m0 + q, the valid lanes of half h.
+            unsafe {
+                let c = self.c.add((m0 + q) * self.cm + HALF * h);
+                _mm256_maskstore_ps(c, k0, a[0]);
+                _mm256_maskstore_ps(c.add(8), k1, a[1]);
+            }
+        }
+    }
+}
