@@ -144,6 +144,49 @@ fn simd_activation_quantizer_is_bit_identical() {
     }
 }
 
+/// The unpacked products' activation quantizer (AVX2) against the reference, Q8_0 and Q8_1,
+/// bit for bit: random rows at several scales, all-zero blocks, ties, subnormals, and NaN and
+/// infinite values (the reference's `as i8` gives 0 for NaN; an infinity zeroes its block).
+#[test]
+fn activation_q8_rows_equal_the_reference() {
+    use tinynn_format::GgmlType::{Q8_0, Q8_1};
+    let avx2 = Isa::detected() >= Isa::Avx2;
+    if !required_by_test("AVX2 activation quantizer", avx2) {
+        return;
+    }
+    let mut rng = Rng::new(77);
+    for case in 0..60 {
+        let blocks = 1 + case % 9;
+        let scale = [1e-3f32, 1.0, 37.0, 3e4][case % 4];
+        let mut x: Vec<f32> = rng.vec(32 * blocks).iter().map(|v| v * scale).collect();
+        match case % 6 {
+            1 => x[..32].fill(0.0),
+            2 => x[..32]
+                .iter_mut()
+                .enumerate()
+                .for_each(|(i, v)| *v = 0.5 * i as f32 - 8.0),
+            3 => x[5] = f32::NAN,
+            4 => {
+                x[9] = if case % 2 == 0 {
+                    f32::INFINITY
+                } else {
+                    f32::NEG_INFINITY
+                }
+            }
+            5 => x[3] = 1e-40,
+            _ => {}
+        }
+        for ty in [Q8_0, Q8_1] {
+            let bytes = quant::row_bytes(ty, x.len()).unwrap();
+            let mut want = vec![0u8; bytes];
+            quant::quantize_activations(ty, &x, &mut want).unwrap();
+            let mut got = vec![0xAAu8; bytes];
+            tinynn_cpu::simd::quantize_q8::q8_activations(ty, &x, &mut got).unwrap();
+            assert_eq!(got, want, "case {case} {ty:?}");
+        }
+    }
+}
+
 /// The one-pass SwiGLU gradient (AVX-512 f64 lanes) against its scalar formula, over gates
 /// from −110 (the clamped exp's scalar fallback) to 30, at most one f32 ulp apart.
 #[test]

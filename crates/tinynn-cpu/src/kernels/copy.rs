@@ -95,7 +95,7 @@ unsafe fn write_chunk(
         // SAFETY: contiguous row owned by this thread (caller).
         let bytes = unsafe { &mut dst.row_mut(i1, i2, i3)[start..start + len] };
         let done = if activations {
-            quant::quantize_activations(ty, buf, bytes)
+            crate::simd::quantize_q8::q8_activations(ty, buf, bytes)
         } else {
             quant::quantize_row(ty, buf, bytes)
         };

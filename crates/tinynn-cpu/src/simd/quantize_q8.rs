@@ -27,6 +27,82 @@ pub fn q8_1_row(x: &[f32], out: &mut [u8], int_sum: bool) {
     }
 }
 
+/// `x` (whole 32-value blocks) into Q8_0 (34 bytes a block) or Q8_1 (36) blocks in `out`, bit
+/// for bit as `quant::quantize_activations` (NaN quantizes to 0 and leaves the scale alone, an
+/// infinity makes the block's quants 0), with AVX2 where present (the unpacked matrix
+/// products' activations). Other types, or sizes that do not match, go to the reference,
+/// whose error is returned.
+pub fn q8_activations(ty: GgmlType, x: &[f32], out: &mut [u8]) -> Result<(), quant::QuantError> {
+    let bytes = match ty {
+        GgmlType::Q8_0 => 34,
+        GgmlType::Q8_1 => 36,
+        _ => 0,
+    };
+    #[cfg(target_arch = "x86_64")]
+    if bytes > 0
+        && super::Isa::detected() >= super::Isa::Avx2
+        && x.len().is_multiple_of(32)
+        && out.len() == x.len() / 32 * bytes
+    {
+        for (xb, ob) in x.chunks_exact(32).zip(out.chunks_exact_mut(bytes)) {
+            // SAFETY: AVX2 and F16C checked; 32 values, one block's bytes.
+            unsafe { q8_block_avx2(xb, ob, bytes == 36) };
+        }
+        return Ok(());
+    }
+    quant::quantize_activations(ty, x, out)
+}
+
+/// One Q8_0 / Q8_1 block (`q8_1`: the 36-byte layout with `s = d·Σq`).
+///
+/// # Safety
+/// AVX2 + F16C; `x` holds 32 values, `out` the block's bytes.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,f16c")]
+unsafe fn q8_block_avx2(x: &[f32], out: &mut [u8], q8_1: bool) {
+    let sign = _mm256_set1_ps(-0.0);
+    // SAFETY: 4 loads of 8 within x's 32 (caller).
+    let v: [__m256; 4] = std::array::from_fn(|i| unsafe { _mm256_loadu_ps(x.as_ptr().add(8 * i)) });
+    // |v| maxima; vmaxps returns its second operand when the first is NaN, so a NaN value is
+    // skipped as f32::max skips it.
+    let mut m = _mm256_setzero_ps();
+    for vi in &v {
+        m = _mm256_max_ps(_mm256_andnot_ps(sign, *vi), m);
+    }
+    let m4 = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps::<1>(m));
+    let m2 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+    let amax = _mm_cvtss_f32(_mm_max_ss(m2, _mm_shuffle_ps::<1>(m2, m2)));
+    let id = if amax != 0.0 { 127.0 / amax } else { 0.0 };
+    let idv = _mm256_set1_ps(id);
+    const R: i32 = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
+    let q: [__m256i; 4] = v.map(|vi| {
+        let p = _mm256_mul_ps(vi, idv);
+        // `NaN as i8` is 0 in the reference; vcvtps2dq would give i32::MIN.
+        let nan = _mm256_castps_si256(_mm256_cmp_ps::<_CMP_UNORD_Q>(p, p));
+        _mm256_andnot_si256(nan, _mm256_cvtps_epi32(_mm256_round_ps::<R>(p)))
+    });
+    let s4 = _mm256_add_epi32(_mm256_add_epi32(q[0], q[1]), _mm256_add_epi32(q[2], q[3]));
+    let s2 = _mm_add_epi32(
+        _mm256_castsi256_si128(s4),
+        _mm256_extracti128_si256::<1>(s4),
+    );
+    let s1 = _mm_add_epi32(s2, _mm_shuffle_epi32::<0b01_00_11_10>(s2));
+    let sum = _mm_cvtsi128_si32(_mm_add_epi32(s1, _mm_shuffle_epi32::<0b10_11_00_01>(s1)));
+    // i32 -> i16 -> i8 (values within ±127), packs work per 128-bit half: reorder the dwords.
+    let w01 = _mm256_packs_epi32(q[0], q[1]);
+    let w23 = _mm256_packs_epi32(q[2], q[3]);
+    let b = _mm256_packs_epi16(w01, w23);
+    let b = _mm256_permutevar8x32_epi32(b, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+    let d = amax / 127.0;
+    let at = if q8_1 { 4 } else { 2 };
+    // SAFETY: 32 quants at `at`, inside the block (caller).
+    unsafe { _mm256_storeu_si256(out.as_mut_ptr().add(at) as *mut __m256i, b) };
+    out[0..2].copy_from_slice(&f16_bits(d).to_le_bytes());
+    if q8_1 {
+        out[2..4].copy_from_slice(&f16_bits(d * sum as f32).to_le_bytes());
+    }
+}
+
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx512bw")]
 unsafe fn q8_1_avx512(x: &[f32], out: &mut [u8], int_sum: bool) {
@@ -69,7 +145,7 @@ unsafe fn q8_1_avx512(x: &[f32], out: &mut [u8], int_sum: bool) {
 /// `x` as f16 bits, rounded to nearest even (as `half::f32_to_f16`), inline: the `half`
 /// crate's call detects F16C at run time each time, a tenth of the quantizer's cost.
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f,f16c")]
+#[target_feature(enable = "f16c")]
 #[inline]
 fn f16_bits(x: f32) -> u16 {
     _mm_extract_epi16::<0>(_mm_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(_mm_set_ss(x))) as u16
