@@ -144,6 +144,48 @@ fn simd_activation_quantizer_is_bit_identical() {
     }
 }
 
+/// The four-row kernels give, row by row, the one-row kernel's bits (so a prompt's product
+/// equals decode's), over rows of 1 to 33 blocks with varied scales.
+#[test]
+fn four_row_dots_equal_one_row_dots() {
+    use tinynn_cpu::simd::dot4_fn_for;
+    if !required_by_test("AVX2 four-row dots", Isa::available().contains(&Isa::Avx2)) {
+        return;
+    }
+    let mut rng = Rng::new(31);
+    let mut tested = 0;
+    for ty in SUPPORTED {
+        let Some(f4) = dot4_fn_for(ty, Isa::Avx2) else {
+            continue;
+        };
+        let f1 = dot_fn_for(ty, Isa::Avx2).unwrap();
+        let dot_ty = quant::vec_dot_type(ty).unwrap();
+        for blocks in [1, 2, 7, 18, 33] {
+            let n = blocks * 32;
+            let x = weight_bytes(ty, n, 1, &mut rng);
+            let ys: Vec<Vec<u8>> = (0..4)
+                .map(|r| {
+                    let yf: Vec<f32> = rng.vec(n).iter().map(|v| v * (1 + 10 * r) as f32).collect();
+                    let mut y = vec![0u8; quant::row_bytes(dot_ty, n).unwrap()];
+                    quant::quantize_activations(dot_ty, &yf, &mut y).unwrap();
+                    y
+                })
+                .collect();
+            let got = f4(&x, std::array::from_fn(|r| ys[r].as_slice()));
+            for (r, y) in ys.iter().enumerate() {
+                let want = f1(&x, y);
+                assert_eq!(
+                    got[r].to_bits(),
+                    want.to_bits(),
+                    "{ty} {blocks} blocks row {r}"
+                );
+            }
+        }
+        tested += 1;
+    }
+    assert_eq!(tested, 3, "Q4_0, Q4_1 and Q8_0 have four-row kernels");
+}
+
 /// The unpacked products' activation quantizer (AVX2) against the reference, Q8_0 and Q8_1,
 /// bit for bit: random rows at several scales, all-zero blocks, ties, subnormals, and NaN and
 /// infinite values (the reference's `as i8` gives 0 for NaN; an infinity zeroes its block).

@@ -64,7 +64,7 @@ pub(super) unsafe fn nibbles(p: *const u8) -> __m256i {
 /// Σ u8·i8 over 32 pairs as 8 f32 lanes (no overflow for |products| ≤ 127·128).
 #[inline]
 #[target_feature(enable = "avx2")]
-unsafe fn dot_u8_i8(x: __m256i, y: __m256i) -> __m256 {
+pub(super) unsafe fn dot_u8_i8(x: __m256i, y: __m256i) -> __m256 {
     _mm256_cvtepi32_ps(_mm256_madd_epi16(
         _mm256_maddubs_epi16(x, y),
         _mm256_set1_epi16(1),
@@ -75,7 +75,7 @@ unsafe fn dot_u8_i8(x: __m256i, y: __m256i) -> __m256 {
 /// negative (−(−128) wraps); the Q8 activation quantizers only emit −127..=127.
 #[inline]
 #[target_feature(enable = "avx2")]
-unsafe fn dot_i8_i8(x: __m256i, y: __m256i) -> __m256 {
+pub(super) unsafe fn dot_i8_i8(x: __m256i, y: __m256i) -> __m256 {
     unsafe { dot_u8_i8(_mm256_sign_epi8(x, x), _mm256_sign_epi8(y, x)) }
 }
 

@@ -15,6 +15,8 @@ mod avx2_kquants;
 #[cfg(target_arch = "x86_64")]
 mod avx2_q5;
 #[cfg(target_arch = "x86_64")]
+mod avx2_rows4;
+#[cfg(target_arch = "x86_64")]
 mod avx512;
 #[cfg(target_arch = "x86_64")]
 mod avx512_kquants;
@@ -165,6 +167,36 @@ pub fn dot_fn(ty: GgmlType) -> Option<DotFn> {
         .into_iter()
         .filter(|&i| i <= isa)
         .find_map(|i| dot_fn_for(ty, i))
+}
+
+/// `x` (one weight row, whole blocks) · four activation rows: result `r` is, bit for bit, what
+/// the [`DotFn`] of [`dot_fn`] gives for `x` and `y[r]`.
+pub type Dot4Fn = fn(x: &[u8], y: [&[u8]; 4]) -> [f32; 4];
+
+/// A four-row kernel for `ty`, where this CPU's one-row kernel for it has a four-row twin
+/// (AVX2's Q4_0, Q4_1 and Q8_0, when they are the best this CPU runs for the format).
+pub fn dot4_fn(ty: GgmlType) -> Option<Dot4Fn> {
+    let isa = Isa::detected();
+    #[cfg(target_arch = "x86_64")]
+    let avx2_is_best = isa == Isa::Avx2 || (isa > Isa::Avx2 && avx512::dot_fn(ty).is_none());
+    #[cfg(not(target_arch = "x86_64"))]
+    let avx2_is_best = false;
+    if isa >= Isa::Avx2 && avx2_is_best {
+        return dot4_fn_for(ty, Isa::Avx2);
+    }
+    None
+}
+
+/// The four-row twin of [`dot_fn_for`]`(ty, isa)`, where it has one and this CPU runs `isa`.
+pub fn dot4_fn_for(ty: GgmlType, isa: Isa) -> Option<Dot4Fn> {
+    if !Isa::available().contains(&isa) {
+        return None;
+    }
+    match isa {
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx2 => avx2_rows4::dot4_fn(ty),
+        _ => None,
+    }
 }
 
 /// Asks the cache hierarchy for the `bytes` bytes at `p` (into L1) without waiting for them: a

@@ -18,7 +18,8 @@ pub fn q8_1_row(x: &[f32], out: &mut [u8], int_sum: bool) {
         unsafe { q8_1_avx512(x, out, int_sum) };
         return;
     }
-    quant::quantize_activations(GgmlType::Q8_1, x, out).expect("sizes asserted above");
+    // AVX2 (or the reference): the same bytes; the exact sums are then read off the quants.
+    q8_activations(GgmlType::Q8_1, x, out).expect("sizes asserted above");
     if int_sum {
         for blk in out.chunks_exact_mut(36) {
             let sum: i32 = blk[4..].iter().map(|&q| i32::from(q as i8)).sum();

@@ -18,8 +18,9 @@
 //! as u8, the unsigned operand of `vpdpbusd`) it is the exact i16 `Σq` that removes the bias.
 //! F16 weights take f32 activations rounded to f16 (see `f16x16`).
 //!
-//! Packing happens only where the kernels exist (AVX-512 VNNI); [`PackedWeight::matmul_ref`]
-//! is the scalar oracle of the tests.
+//! Packing happens only where the kernels exist: every kind with AVX-512 VNNI; Q4_0 and Q4_1
+//! with AVX2 alone (`vpmaddubsw` + `vpmaddwd` for `vpdpbusd`, 8 rows a register, the same
+//! bits). [`PackedWeight::matmul_ref`] is the scalar oracle of the tests.
 
 mod bf16x16;
 mod f16x16;
@@ -32,6 +33,8 @@ mod q5_0x16;
 mod q5_1x16;
 mod q6_kx16;
 mod q8_0x16;
+#[cfg(all(test, target_arch = "x86_64"))]
+mod tile_twins;
 mod wide;
 
 use std::ops::Range;
@@ -299,6 +302,11 @@ impl PackKind {
         }
     }
 
+    /// Whether the kind has an AVX2 tile (packed where AVX-512 VNNI is absent).
+    fn has_avx2_tile(self) -> bool {
+        matches!(self, PackKind::Q4_0x16 | PackKind::Q4_1x16)
+    }
+
     /// The SIMD kernel for a tile of at most `n` (1..=`max_tile`) tokens and how many it takes.
     #[cfg(target_arch = "x86_64")]
     fn tile(self, n: usize) -> (TileFn, usize) {
@@ -314,6 +322,13 @@ impl PackKind {
                     2 => ($($f)::+::<2 $(, $c)*>, 2),
                     _ => ($($f)::+::<1 $(, $c)*>, 1),
                 }
+            };
+        }
+        if !wide() {
+            return match self {
+                PackKind::Q4_0x16 => pick!(nibbles::tile_avx2, false, 8),
+                PackKind::Q4_1x16 => pick!(nibbles::tile_avx2, true, 0),
+                _ => unreachable!("{self:?} is packed only with AVX-512 VNNI"),
             };
         }
         match self {
@@ -412,15 +427,23 @@ pub struct PackedWeight {
     data: AlignedBuf,
 }
 
-/// Whether this machine runs packed kernels (AVX-512 VNNI, and `TINYNN_ISA` does not cap it
-/// lower).
+/// Whether this machine runs packed kernels (AVX2 + FMA + F16C at least, and `TINYNN_ISA`
+/// does not cap it lower); which kinds, [`packs`] says.
 pub fn available() -> bool {
+    Isa::detected() >= Isa::Avx2
+}
+
+/// Whether every kind's kernel runs (AVX-512 VNNI), rather than the AVX2 ones.
+fn wide() -> bool {
     Isa::detected() >= Isa::Avx512Vnni
 }
 
 /// Whether [`pack`] packs weights of type `ty` on this machine (shape permitting).
 pub fn packs(ty: GgmlType) -> bool {
-    available() && PackKind::of(ty).is_some_and(|k| k != PackKind::Bf16x16 || bf16x16::available())
+    available()
+        && PackKind::of(ty).is_some_and(|k| {
+            (wide() || k.has_avx2_tile()) && (k != PackKind::Bf16x16 || bf16x16::available())
+        })
 }
 
 /// Packs weight `bytes` of type `ty` and shape `ne` (contiguous rows), or `None` when the type
@@ -701,7 +724,11 @@ impl PackedWeight {
     /// The whole product with the fastest kernel: `acts` is `m` activation rows back to back,
     /// `out` is `m × n_rows`.
     pub fn matmul(&self, acts: &[u8], m: usize, out: &mut [f32]) {
-        assert!(available(), "packed kernels need AVX-512 VNNI");
+        assert!(
+            available() && (wide() || self.kind.has_avx2_tile()),
+            "no packed kernel for {:?} on this CPU",
+            self.kind
+        );
         assert!(self.kind != PackKind::Bf16x16 || bf16x16::available());
         assert_eq!(acts.len(), m * self.activation_row_bytes());
         assert_eq!(out.len(), m * self.n_rows);

@@ -95,6 +95,8 @@ pub(super) fn unpack_ref(wb: &[u8], min: bool, high: bool, r: usize) -> [u8; 32]
 }
 
 #[cfg(target_arch = "x86_64")]
+pub(super) use avx2::tile as tile_avx2;
+#[cfg(target_arch = "x86_64")]
 pub(super) use avx512::tile;
 
 #[cfg(target_arch = "x86_64")]
@@ -182,6 +184,99 @@ mod avx512 {
         for (t, ft) in f.iter().enumerate() {
             // SAFETY: the `valid` columns of token t's output row are this thread's (caller).
             unsafe { _mm512_mask_storeu_ps(out.add(t * out_stride), mask, *ft) };
+        }
+    }
+}
+
+/// The AVX2 twin of the AVX-512 tile (4- and 5-bit kinds without 5th bits: Q4_0, Q4_1): the
+/// group's 16 rows as two halves of 8 (one ymm lane a row), half after half. `vpdpbusd` becomes
+/// `vpmaddubsw` + `vpmaddwd` (nibbles × i8 pairs stay far inside i16) and an add, giving the
+/// same i32 sums; the float steps are the AVX-512 tile's, lane for lane, so the two give the
+/// same bits.
+#[cfg(target_arch = "x86_64")]
+mod avx2 {
+    use std::arch::x86_64::*;
+
+    use super::{block_bytes, quants_at, M_AT};
+
+    /// `T` tokens × 16 rows over `nb` blocks; `MIN` and `OFF` as the AVX-512 tile's (no 5th
+    /// bits).
+    ///
+    /// # Safety
+    /// AVX2 + FMA + F16C present; pointers as in `super::super::TileFn`.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(in super::super) unsafe fn tile<const T: usize, const MIN: bool, const OFF: i32>(
+        group: super::super::GroupIn,
+        x: *const u8,
+        x_stride: usize,
+        out: *mut f32,
+        out_stride: usize,
+        valid: usize,
+    ) {
+        let super::super::GroupIn { w, nb, pf } = group;
+        let (bb, qa) = (block_bytes(MIN, false), quants_at(MIN, false));
+        let m4 = _mm256_set1_epi8(0x0F);
+        let ones = _mm256_set1_epi16(1);
+        for h in 0..2 {
+            let rows = valid.saturating_sub(8 * h).min(8);
+            if rows == 0 {
+                break;
+            }
+            let mut f = [_mm256_setzero_ps(); T];
+            for b in 0..nb {
+                // SAFETY: block b of the group and of every token row is in bounds (caller).
+                unsafe {
+                    let wb = w.add(b * bb);
+                    if pf != 0 && h == 0 {
+                        crate::simd::prefetch(wb.wrapping_add(pf), bb);
+                    }
+                    let d = _mm256_cvtph_ps(_mm_loadu_si128(wb.add(16 * h) as *const __m128i));
+                    let mn = if MIN {
+                        _mm256_cvtph_ps(_mm_loadu_si128(wb.add(M_AT + 16 * h) as *const __m128i))
+                    } else {
+                        _mm256_setzero_ps()
+                    };
+                    let mut lo = [_mm256_setzero_si256(); 4];
+                    let mut hi = [_mm256_setzero_si256(); 4];
+                    for j in 0..4 {
+                        let q = _mm256_loadu_si256(wb.add(qa + 64 * j + 32 * h) as *const __m256i);
+                        lo[j] = _mm256_and_si256(q, m4);
+                        hi[j] = _mm256_and_si256(_mm256_srli_epi16::<4>(q), m4);
+                    }
+                    for (t, ft) in f.iter_mut().enumerate() {
+                        let xb = x.add(t * x_stride + b * 36);
+                        let head = (xb as *const i32).read_unaligned();
+                        let ds = _mm_cvtph_ps(_mm_cvtsi32_si128(head));
+                        let mut acc = if MIN {
+                            _mm256_setzero_si256()
+                        } else {
+                            _mm256_set1_epi32(-OFF * i32::from((head >> 16) as i16))
+                        };
+                        for j in 0..4 {
+                            let xl = (xb.add(4 + 4 * j) as *const i32).read_unaligned();
+                            let xh = (xb.add(20 + 4 * j) as *const i32).read_unaligned();
+                            let pl = _mm256_maddubs_epi16(lo[j], _mm256_set1_epi32(xl));
+                            let ph = _mm256_maddubs_epi16(hi[j], _mm256_set1_epi32(xh));
+                            acc = _mm256_add_epi32(acc, _mm256_madd_epi16(pl, ones));
+                            acc = _mm256_add_epi32(acc, _mm256_madd_epi16(ph, ones));
+                        }
+                        let da = _mm256_broadcastss_ps(ds);
+                        *ft = _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc), _mm256_mul_ps(d, da), *ft);
+                        if MIN {
+                            let sa = _mm256_broadcastss_ps(_mm_movehdup_ps(ds));
+                            *ft = _mm256_fmadd_ps(mn, sa, *ft);
+                        }
+                    }
+                }
+            }
+            let mask = _mm256_cmpgt_epi32(
+                _mm256_set1_epi32(rows as i32),
+                _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7),
+            );
+            for (t, ft) in f.iter().enumerate() {
+                // SAFETY: the `valid` columns of token t's output row are this thread's (caller).
+                unsafe { _mm256_maskstore_ps(out.add(t * out_stride + 8 * h), mask, *ft) };
+            }
         }
     }
 }

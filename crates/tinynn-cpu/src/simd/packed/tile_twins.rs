@@ -1,0 +1,115 @@
+//! The AVX2 tiles against the AVX-512 tiles of the same kind: the same bits for every token
+//! count, with and without a min, full and partial groups, one and many blocks.
+
+use tinynn_core::quant;
+use tinynn_format::GgmlType;
+
+use super::{nibbles, pack_always, GroupIn, TileFn, ACT_BLOCK_BYTES, GROUP_ROWS};
+use crate::simd::{quantize_q8, required_by_test, Isa};
+
+fn noise(n: usize, seed: u64) -> Vec<f32> {
+    let mut s = seed | 1;
+    (0..n)
+        .map(|_| {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            (s >> 40) as f32 / (1u64 << 23) as f32 - 1.0
+        })
+        .collect()
+}
+
+/// Runs `tile` for `t` tokens over group 0 of a `[k, 16]` weight of type `ty`.
+fn run(tile: TileFn, ty: GgmlType, k: usize, t: usize, valid: usize, seed: u64) -> Vec<f32> {
+    let w = noise(k * GROUP_ROWS, seed);
+    let rb = quant::row_bytes(ty, k).unwrap();
+    let mut bytes = vec![0u8; rb * GROUP_ROWS];
+    for (src, dst) in w.chunks_exact(k).zip(bytes.chunks_exact_mut(rb)) {
+        quant::quantize_row(ty, src, dst).unwrap();
+    }
+    let p = pack_always(ty, [k, GROUP_ROWS, 1, 1], &bytes).unwrap();
+    let x: Vec<f32> = noise(k * t, seed + 7).iter().map(|v| v * 3.0).collect();
+    let row = k / 32 * ACT_BLOCK_BYTES;
+    let mut acts = vec![0u8; row * t];
+    for (xr, ar) in x.chunks_exact(k).zip(acts.chunks_exact_mut(row)) {
+        quantize_q8::q8_1_row(xr, ar, ty == GgmlType::Q4_0);
+    }
+    let mut out = vec![f32::NAN; t * GROUP_ROWS];
+    let group = GroupIn {
+        w: p.data.as_bytes().as_ptr(),
+        nb: k / 32,
+        pf: 0,
+    };
+    // SAFETY: the test checked the instruction sets; one group of k/32 blocks, t activation
+    // rows of `row` bytes, t output rows of 16.
+    unsafe {
+        tile(
+            group,
+            acts.as_ptr(),
+            row,
+            out.as_mut_ptr(),
+            GROUP_ROWS,
+            valid,
+        )
+    };
+    out
+}
+
+#[test]
+fn avx2_nibble_tiles_give_the_avx512_bits() {
+    if !required_by_test("AVX2 packed tiles", Isa::detected() >= Isa::Avx2) {
+        return;
+    }
+    let both = required_by_test("AVX-512 VNNI packed tiles", super::wide());
+    macro_rules! tiles {
+        ($t:literal) => {
+            [
+                (
+                    GgmlType::Q4_0,
+                    nibbles::tile_avx2::<$t, false, 8> as TileFn,
+                    nibbles::tile::<$t, false, false, 8> as TileFn,
+                ),
+                (
+                    GgmlType::Q4_1,
+                    nibbles::tile_avx2::<$t, true, 0>,
+                    nibbles::tile::<$t, true, false, 0>,
+                ),
+            ]
+        };
+    }
+    let sets = [
+        (1, tiles!(1)),
+        (3, tiles!(3)),
+        (4, tiles!(4)),
+        (8, tiles!(8)),
+    ];
+    for (t, kinds) in sets {
+        for (ty, narrow, wide) in kinds {
+            for (k, valid) in [(32, 16), (576, 16), (96, 5), (1536, 9), (64, 1)] {
+                let got = run(narrow, ty, k, t, valid, k as u64 + t as u64);
+                let f = |v: &f32| v.is_finite();
+                let written: Vec<f32> = (0..t)
+                    .flat_map(|i| got[i * GROUP_ROWS..][..valid].to_vec())
+                    .collect();
+                assert!(written.iter().all(f), "{ty} t {t} k {k}: {written:?}");
+                let untouched = (0..t).all(|i| {
+                    got[i * GROUP_ROWS + valid..][..GROUP_ROWS - valid]
+                        .iter()
+                        .all(|v| v.is_nan())
+                });
+                assert!(untouched, "{ty} t {t} k {k}: wrote past {valid} columns");
+                if both {
+                    let want = run(wide, ty, k, t, valid, k as u64 + t as u64);
+                    let same = got
+                        .iter()
+                        .zip(&want)
+                        .all(|(a, b)| a.to_bits() == b.to_bits());
+                    assert!(
+                        same,
+                        "{ty} t {t} k {k} valid {valid}: AVX2 {got:?}\nAVX-512 {want:?}"
+                    );
+                }
+            }
+        }
+    }
+}
