@@ -162,6 +162,9 @@ pub(crate) unsafe fn f32_to_f16_row(src: *const f32, dst: *mut u8, n: usize) {
     if super::vexp::available() {
         // SAFETY: AVX-512F checked; pointers from the caller.
         i = unsafe { f32_to_f16_avx512(src, dst, n) };
+    } else if super::Isa::detected() >= super::Isa::Avx2 {
+        // SAFETY: F16C checked (part of the AVX2 level); pointers from the caller.
+        i = unsafe { f32_to_f16_f16c(src, dst, n) };
     }
     for j in i..n {
         // SAFETY: j < n.
@@ -181,6 +184,22 @@ pub(crate) fn round_to_f16(x: &[f32], q32: &mut [f32], q16: &mut [u8]) {
     for (v, h) in q32.iter_mut().zip(q16.chunks_exact(2)) {
         *v = half::f16_to_f32(u16::from_le_bytes([h[0], h[1]]));
     }
+}
+
+/// [`f32_to_f16_avx512`] 8 values at a time.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx,f16c")]
+unsafe fn f32_to_f16_f16c(src: *const f32, dst: *mut u8, n: usize) -> usize {
+    let mut i = 0;
+    while i + 8 <= n {
+        // SAFETY: 8 values at each pointer.
+        unsafe {
+            let h = _mm256_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(_mm256_loadu_ps(src.add(i)));
+            _mm_storeu_si128(dst.add(2 * i) as *mut __m128i, h);
+        }
+        i += 8;
+    }
+    i
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -209,10 +228,30 @@ pub fn round_f16_row(x: &[f32], out: &mut [u8]) {
     if super::vexp::available() {
         // SAFETY: AVX-512F checked; sizes asserted above.
         i = unsafe { round_f16_avx512(x, out) };
+    } else if super::Isa::detected() >= super::Isa::Avx2 {
+        // SAFETY: F16C checked (part of the AVX2 level); sizes asserted above.
+        i = unsafe { round_f16_f16c(x, out) };
     }
     for (v, o) in x[i..].iter().zip(out[4 * i..].chunks_exact_mut(4)) {
         o.copy_from_slice(&half::f16_to_f32(half::f32_to_f16(*v)).to_le_bytes());
     }
+}
+
+/// [`round_f16_avx512`] 8 values at a time (the same conversions).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx,f16c")]
+unsafe fn round_f16_f16c(x: &[f32], out: &mut [u8]) -> usize {
+    let mut i = 0;
+    while i + 8 <= x.len() {
+        // SAFETY: 8 values from i in x, 32 bytes from 4i in out (sizes from the caller).
+        unsafe {
+            let h =
+                _mm256_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(_mm256_loadu_ps(x.as_ptr().add(i)));
+            _mm256_storeu_ps(out.as_mut_ptr().add(4 * i) as *mut f32, _mm256_cvtph_ps(h));
+        }
+        i += 8;
+    }
+    i
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -332,4 +371,87 @@ unsafe fn q8_k_block_avx512(x: &[f32], out: &mut [u8]) {
         out[260 + 2 * i..][..2].copy_from_slice(&sum.to_le_bytes());
     }
     out[0..4].copy_from_slice(&(1.0 / iscale).to_le_bytes());
+}
+
+#[cfg(all(test, target_arch = "x86_64"))]
+mod tests {
+    use super::*;
+
+    /// Values across f16's range and beyond: ties, subnormals, overflow, infinities, NaN.
+    fn inputs() -> Vec<f32> {
+        let mut v: Vec<f32> = (0..20_000u32)
+            .map(|i| f32::from_bits(i.wrapping_mul(2_654_435_761)))
+            .collect();
+        v.extend([
+            0.0,
+            -0.0,
+            1.0 + 1.0 / 2048.0,
+            65504.0,
+            65520.0,
+            1e-8,
+            6e-5,
+            -7e-6,
+        ]);
+        v.extend([f32::INFINITY, f32::NEG_INFINITY, f32::NAN, 1e30, -1e30]);
+        v
+    }
+
+    #[test]
+    fn f16_rows_round_as_the_reference_on_every_level() {
+        let x = inputs();
+        let n = x.len() / 8 * 8;
+        let want: Vec<u16> = x.iter().map(|&v| half::f32_to_f16(v)).collect();
+        let same = |a: u16, b: u16| {
+            a == b
+                || (a & 0x7c00 == 0x7c00
+                    && a & 0x3ff != 0
+                    && b & 0x7c00 == 0x7c00
+                    && b & 0x3ff != 0)
+        };
+        type Convert = fn(*const f32, *mut u8, usize) -> usize;
+        let mut runs: Vec<(&str, Convert)> = Vec::new();
+        if super::super::Isa::available().contains(&super::super::Isa::Avx2) {
+            // SAFETY: F16C present (the AVX2 level checks it).
+            runs.push(("f16c", |s, d, n| unsafe { f32_to_f16_f16c(s, d, n) }));
+        }
+        if super::super::vexp::available() {
+            // SAFETY: AVX-512F present.
+            runs.push(("avx512", |s, d, n| unsafe { f32_to_f16_avx512(s, d, n) }));
+        }
+        assert!(!runs.is_empty() || super::super::required_by_test("F16C", false));
+        for (name, f) in runs {
+            let mut out = vec![0u8; 2 * n];
+            let done = f(x.as_ptr(), out.as_mut_ptr(), n);
+            assert_eq!(
+                done,
+                n / if name == "f16c" { 8 } else { 16 } * if name == "f16c" { 8 } else { 16 }
+            );
+            for i in 0..done {
+                let got = u16::from_le_bytes([out[2 * i], out[2 * i + 1]]);
+                assert!(
+                    same(got, want[i]),
+                    "{name}: {} -> {got:#06x}, want {:#06x}",
+                    x[i],
+                    want[i]
+                );
+            }
+            let mut r = vec![0u8; 4 * n];
+            let rounded = if name == "f16c" {
+                // SAFETY: as above.
+                unsafe { round_f16_f16c(&x[..n], &mut r) }
+            } else {
+                // SAFETY: as above.
+                unsafe { round_f16_avx512(&x[..n], &mut r) }
+            };
+            for i in 0..rounded {
+                let got = f32::from_le_bytes(r[4 * i..4 * i + 4].try_into().unwrap());
+                let w = half::f16_to_f32(want[i]);
+                assert!(
+                    got.to_bits() == w.to_bits() || (got.is_nan() && w.is_nan()),
+                    "{name}: round {}",
+                    x[i]
+                );
+            }
+        }
+    }
 }

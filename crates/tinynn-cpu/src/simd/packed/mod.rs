@@ -18,8 +18,8 @@
 //! as u8, the unsigned operand of `vpdpbusd`) it is the exact i16 `Σq` that removes the bias.
 //! F16 weights take f32 activations rounded to f16 (see `f16x16`).
 //!
-//! Packing happens only where the kernels exist: every kind with AVX-512 VNNI; Q4_0 and Q4_1
-//! with AVX2 alone (`vpmaddubsw` + `vpmaddwd` for `vpdpbusd`, 8 rows a register, the same
+//! Packing happens only where the kernels exist: every kind with AVX-512 VNNI; Q4_0, Q4_1,
+//! Q8_0, F16 and F32 with AVX2 alone (`vpmaddubsw` + `vpmaddwd` for `vpdpbusd`, 8 rows a register, the same
 //! bits). [`PackedWeight::matmul_ref`] is the scalar oracle of the tests.
 
 mod bf16x16;
@@ -296,6 +296,7 @@ impl PackKind {
             }
         }
         match self {
+            _ if !wide() => None,
             PackKind::F32x16 => Some(f32s),
             PackKind::F16x16 => Some(f16s),
             _ => None,
@@ -304,7 +305,14 @@ impl PackKind {
 
     /// Whether the kind has an AVX2 tile (packed where AVX-512 VNNI is absent).
     fn has_avx2_tile(self) -> bool {
-        matches!(self, PackKind::Q4_0x16 | PackKind::Q4_1x16)
+        matches!(
+            self,
+            PackKind::Q4_0x16
+                | PackKind::Q4_1x16
+                | PackKind::Q8_0x16
+                | PackKind::F16x16
+                | PackKind::F32x16
+        )
     }
 
     /// The SIMD kernel for a tile of at most `n` (1..=`max_tile`) tokens and how many it takes.
@@ -328,6 +336,9 @@ impl PackKind {
             return match self {
                 PackKind::Q4_0x16 => pick!(nibbles::tile_avx2, false, 8),
                 PackKind::Q4_1x16 => pick!(nibbles::tile_avx2, true, 0),
+                PackKind::Q8_0x16 => pick!(q8_0x16::tile_avx2),
+                PackKind::F16x16 => wide_avx2_tile::<false>(n),
+                PackKind::F32x16 => wide_avx2_tile::<true>(n),
                 _ => unreachable!("{self:?} is packed only with AVX-512 VNNI"),
             };
         }
@@ -355,6 +366,20 @@ impl PackKind {
             PackKind::Q4Kx16 => pick!(q4_kx16::tile),
             PackKind::Q6Kx16 => pick!(q6_kx16::tile),
         }
+    }
+}
+
+/// The AVX2 float tile for at most `n` tokens (up to [`wide::AVX2_MAX_TOKENS`]).
+#[cfg(target_arch = "x86_64")]
+fn wide_avx2_tile<const F32: bool>(n: usize) -> (TileFn, usize) {
+    const { assert!(wide::AVX2_MAX_TOKENS == 6) };
+    match n {
+        6.. => (wide::tile_avx2::<6, F32>, 6),
+        5 => (wide::tile_avx2::<5, F32>, 5),
+        4 => (wide::tile_avx2::<4, F32>, 4),
+        3 => (wide::tile_avx2::<3, F32>, 3),
+        2 => (wide::tile_avx2::<2, F32>, 2),
+        _ => (wide::tile_avx2::<1, F32>, 1),
     }
 }
 

@@ -34,6 +34,8 @@ pub(super) fn dot_ref(w: &[u8], nb: usize, r: usize, x: &[u8]) -> f32 {
 }
 
 #[cfg(target_arch = "x86_64")]
+pub(super) use avx2::tile as tile_avx2;
+#[cfg(target_arch = "x86_64")]
 pub(super) use avx512::tile;
 
 #[cfg(target_arch = "x86_64")]
@@ -87,6 +89,80 @@ mod avx512 {
         for (t, ft) in f.iter().enumerate() {
             // SAFETY: the `valid` columns of token t's output row are this thread's (caller).
             unsafe { _mm512_mask_storeu_ps(out.add(t * out_stride), mask, *ft) };
+        }
+    }
+}
+
+/// The AVX2 twin: 8 rows a ymm, half after half. `vpmaddubsw` cannot take the biased bytes
+/// (255 · 127 · 2 overflows i16), so the quants are unbiased (`q = byte ^ 0x80`) and multiplied
+/// as `|q| · (qa with q's sign)` (|products| ≤ 128 · 127 · 2 fit; the activation quantizer
+/// never emits −128): the exact `Σ q·qa` the AVX-512 tile reaches through the bias, then the
+/// same float steps, so both give the same bits.
+#[cfg(target_arch = "x86_64")]
+mod avx2 {
+    use std::arch::x86_64::*;
+
+    /// `T` tokens × 16 rows over `nb` blocks.
+    ///
+    /// # Safety
+    /// AVX2 + FMA + F16C present; pointers as in `super::super::TileFn`.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(in super::super) unsafe fn tile<const T: usize>(
+        group: super::super::GroupIn,
+        x: *const u8,
+        x_stride: usize,
+        out: *mut f32,
+        out_stride: usize,
+        valid: usize,
+    ) {
+        let super::super::GroupIn { w, nb, pf } = group;
+        let (bias, ones) = (_mm256_set1_epi8(-128), _mm256_set1_epi16(1));
+        for h in 0..2 {
+            let rows = valid.saturating_sub(8 * h).min(8);
+            if rows == 0 {
+                break;
+            }
+            let mut f = [_mm256_setzero_ps(); T];
+            for b in 0..nb {
+                // SAFETY: block b of the group and of every token row is in bounds (caller).
+                unsafe {
+                    let wb = w.add(b * 544);
+                    if pf != 0 && h == 0 {
+                        crate::simd::prefetch(wb.wrapping_add(pf), 544);
+                    }
+                    let d = _mm256_cvtph_ps(_mm_loadu_si128(wb.add(16 * h) as *const __m128i));
+                    let mut q = [_mm256_setzero_si256(); 8];
+                    let mut aq = [_mm256_setzero_si256(); 8];
+                    for j in 0..8 {
+                        let raw =
+                            _mm256_loadu_si256(wb.add(32 + 64 * j + 32 * h) as *const __m256i);
+                        q[j] = _mm256_xor_si256(raw, bias);
+                        aq[j] = _mm256_abs_epi8(q[j]);
+                    }
+                    for (t, ft) in f.iter_mut().enumerate() {
+                        let xb = x.add(t * x_stride + b * 36);
+                        let head = (xb as *const i32).read_unaligned();
+                        let ds = _mm_cvtph_ps(_mm_cvtsi32_si128(head));
+                        let mut acc = _mm256_setzero_si256();
+                        for j in 0..8 {
+                            let xj = (xb.add(4 + 4 * j) as *const i32).read_unaligned();
+                            let sx = _mm256_sign_epi8(_mm256_set1_epi32(xj), q[j]);
+                            let p = _mm256_maddubs_epi16(aq[j], sx);
+                            acc = _mm256_add_epi32(acc, _mm256_madd_epi16(p, ones));
+                        }
+                        let dd = _mm256_mul_ps(d, _mm256_broadcastss_ps(ds));
+                        *ft = _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc), dd, *ft);
+                    }
+                }
+            }
+            let mask = _mm256_cmpgt_epi32(
+                _mm256_set1_epi32(rows as i32),
+                _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7),
+            );
+            for (t, ft) in f.iter().enumerate() {
+                // SAFETY: the `valid` columns of token t's output row are this thread's (caller).
+                unsafe { _mm256_maskstore_ps(out.add(t * out_stride + 8 * h), mask, *ft) };
+            }
         }
     }
 }

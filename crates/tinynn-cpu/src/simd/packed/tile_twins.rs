@@ -4,8 +4,8 @@
 use tinynn_core::quant;
 use tinynn_format::GgmlType;
 
-use super::{nibbles, pack_always, GroupIn, TileFn, ACT_BLOCK_BYTES, GROUP_ROWS};
-use crate::simd::{quantize_q8, required_by_test, Isa};
+use super::{nibbles, pack_always, q8_0x16, wide, GroupIn, TileFn, GROUP_ROWS};
+use crate::simd::{required_by_test, Isa};
 
 fn noise(n: usize, seed: u64) -> Vec<f32> {
     let mut s = seed | 1;
@@ -29,10 +29,10 @@ fn run(tile: TileFn, ty: GgmlType, k: usize, t: usize, valid: usize, seed: u64) 
     }
     let p = pack_always(ty, [k, GROUP_ROWS, 1, 1], &bytes).unwrap();
     let x: Vec<f32> = noise(k * t, seed + 7).iter().map(|v| v * 3.0).collect();
-    let row = k / 32 * ACT_BLOCK_BYTES;
+    let row = p.activation_row_bytes();
     let mut acts = vec![0u8; row * t];
     for (xr, ar) in x.chunks_exact(k).zip(acts.chunks_exact_mut(row)) {
-        quantize_q8::q8_1_row(xr, ar, ty == GgmlType::Q4_0);
+        p.prepare_activations(xr, ar);
     }
     let mut out = vec![f32::NAN; t * GROUP_ROWS];
     let group = GroupIn {
@@ -56,7 +56,7 @@ fn run(tile: TileFn, ty: GgmlType, k: usize, t: usize, valid: usize, seed: u64) 
 }
 
 #[test]
-fn avx2_nibble_tiles_give_the_avx512_bits() {
+fn avx2_tiles_give_the_avx512_bits() {
     if !required_by_test("AVX2 packed tiles", Isa::detected() >= Isa::Avx2) {
         return;
     }
@@ -74,14 +74,31 @@ fn avx2_nibble_tiles_give_the_avx512_bits() {
                     nibbles::tile_avx2::<$t, true, 0>,
                     nibbles::tile::<$t, true, false, 0>,
                 ),
+                (
+                    GgmlType::Q8_0,
+                    q8_0x16::tile_avx2::<$t>,
+                    q8_0x16::tile::<$t>,
+                ),
+                (
+                    GgmlType::F16,
+                    wide::tile_avx2::<$t, false>,
+                    wide::tile::<$t, false>,
+                ),
+                (
+                    GgmlType::F32,
+                    wide::tile_avx2::<$t, true>,
+                    wide::tile::<$t, true>,
+                ),
             ]
         };
     }
     let sets = [
         (1, tiles!(1)),
+        (2, tiles!(2)),
         (3, tiles!(3)),
         (4, tiles!(4)),
-        (8, tiles!(8)),
+        (5, tiles!(5)),
+        (6, tiles!(6)),
     ];
     for (t, kinds) in sets {
         for (ty, narrow, wide) in kinds {

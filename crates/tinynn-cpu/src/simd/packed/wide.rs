@@ -3,6 +3,8 @@
 //! it is). Activations are f32 (F16's rounded to f16), read with the FMA's broadcast load.
 
 #[cfg(target_arch = "x86_64")]
+pub(super) use avx2::{tile as tile_avx2, MAX_TOKENS as AVX2_MAX_TOKENS};
+#[cfg(target_arch = "x86_64")]
 pub(super) use avx512::{tile, tile_pair};
 
 #[cfg(target_arch = "x86_64")]
@@ -118,6 +120,108 @@ mod avx512 {
         unsafe {
             super::super::store_summed(&[fa], out, out_stride, 16);
             super::super::store_summed(&[fb], out.add(16), out_stride, valid_b);
+        }
+    }
+}
+
+/// The AVX2 twin of [`tile`]: 8 rows a ymm. Up to 4 tokens, half after half with the AVX-512
+/// tile's accumulator sets; 5 or 6 tokens (one set, as the AVX-512 tile from 5 on), both
+/// halves in one pass so each broadcast activation feeds two FMAs (12 accumulators). Each lane
+/// sums its products in the AVX-512 tile's order, so both give the same bits.
+#[cfg(target_arch = "x86_64")]
+mod avx2 {
+    use std::arch::x86_64::*;
+
+    /// Most tokens of one AVX2 tile (the two-half pass keeps 2·T accumulators in registers).
+    pub(in super::super) const MAX_TOKENS: usize = 6;
+
+    /// `T` (≤ [`MAX_TOKENS`]) tokens × 16 rows over `nb` blocks of 32 elements, F32 weights
+    /// when `F32`, else F16.
+    ///
+    /// # Safety
+    /// AVX2 + FMA + F16C present; pointers as in `super::super::TileFn`.
+    #[target_feature(enable = "avx2,f16c,fma")]
+    pub(in super::super) unsafe fn tile<const T: usize, const F32: bool>(
+        group: super::super::GroupIn,
+        x: *const u8,
+        x_stride: usize,
+        out: *mut f32,
+        out_stride: usize,
+        valid: usize,
+    ) {
+        let super::super::GroupIn { w, nb, pf } = group;
+        let step = if F32 { 64 } else { 32 };
+        let (x, xs) = (x as *const f32, x_stride / 4);
+        // Rows 8h..8h+8 of element e.
+        let load = |e: usize, h: usize| {
+            // SAFETY: element e < nb·32 of the group (callers below).
+            unsafe {
+                let at = w.add(step * e + step / 2 * h);
+                if F32 {
+                    _mm256_loadu_ps(at as *const f32)
+                } else {
+                    _mm256_cvtph_ps(_mm_loadu_si128(at as *const __m128i))
+                }
+            }
+        };
+        let store = |h: usize, t: usize, v: __m256| {
+            let rows = valid.saturating_sub(8 * h).min(8);
+            let mask = _mm256_cmpgt_epi32(
+                _mm256_set1_epi32(rows as i32),
+                _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7),
+            );
+            // SAFETY: the `valid` columns of token t's output row are this thread's (caller).
+            unsafe { _mm256_maskstore_ps(out.add(t * out_stride + 8 * h), mask, v) };
+        };
+        if T >= 5 {
+            // Per token, the two halves' accumulators.
+            let mut f = [[_mm256_setzero_ps(); 2]; T];
+            for e in 0..nb * 32 {
+                if pf != 0 && e % 4 == 0 {
+                    crate::simd::prefetch(w.wrapping_add(step * e + pf), step * 4);
+                }
+                let (w0, w1) = (load(e, 0), load(e, 1));
+                for (t, ft) in f.iter_mut().enumerate() {
+                    // SAFETY: element e of token t's row (caller).
+                    let xv = _mm256_set1_ps(unsafe { x.add(t * xs + e).read_unaligned() });
+                    ft[0] = _mm256_fmadd_ps(w0, xv, ft[0]);
+                    ft[1] = _mm256_fmadd_ps(w1, xv, ft[1]);
+                }
+            }
+            for (t, ft) in f.iter().enumerate() {
+                store(0, t, ft[0]);
+                store(1, t, ft[1]);
+            }
+            return;
+        }
+        let sets = if T <= 2 { 4 } else { 2 };
+        for h in 0..2 {
+            if valid <= 8 * h {
+                break;
+            }
+            let mut f = [[_mm256_setzero_ps(); T]; 4];
+            let mut e = 0;
+            while e < nb * 32 {
+                if pf != 0 && h == 0 {
+                    crate::simd::prefetch(w.wrapping_add(step * e + pf), step * sets);
+                }
+                for (s, fs) in f.iter_mut().enumerate().take(sets) {
+                    let wv = load(e + s, h);
+                    for (t, ft) in fs.iter_mut().enumerate() {
+                        // SAFETY: element e + s of token t's row (caller).
+                        let xv = _mm256_set1_ps(unsafe { x.add(t * xs + e + s).read_unaligned() });
+                        *ft = _mm256_fmadd_ps(wv, xv, *ft);
+                    }
+                }
+                e += sets;
+            }
+            for t in 0..T {
+                let mut sum = f[0][t];
+                for fs in &f[1..sets] {
+                    sum = _mm256_add_ps(sum, fs[t]);
+                }
+                store(h, t, sum);
+            }
         }
     }
 }
