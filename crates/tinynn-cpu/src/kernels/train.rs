@@ -3,6 +3,8 @@
 
 use super::{split, StepArgs};
 use crate::pool::Ctx;
+#[cfg(target_arch = "x86_64")]
+use crate::simd::lanes16::{Lanes16, Pair, Wide};
 
 /// Most threads whose partial sums fit the planned work buffer.
 const MAX_PARTIALS: usize = 64;
@@ -146,6 +148,20 @@ pub(crate) fn adamw(a: &StepArgs<'_>, ctx: &Ctx<'_>) {
         // SAFETY: AVX-512F checked; as below for the elements of `mine`.
         let done = unsafe { adamw_avx512(&h, [w, g, m, v], mine.clone()) };
         mine.start = done;
+    } else if crate::simd::Isa::detected() >= crate::simd::Isa::Avx2 {
+        let h = AdamHp {
+            beta1,
+            beta2,
+            beta1h,
+            beta2h,
+            eps,
+            lr,
+            keep,
+            scale,
+        };
+        // SAFETY: AVX2 checked; as below for the elements of `mine`.
+        let done = unsafe { adamw_avx2(&h, [w, g, m, v], mine.clone()) };
+        mine.start = done;
     }
     for i in mine {
         // SAFETY: all four tensors are contiguous F32 of the parameter's size; element i is
@@ -178,19 +194,20 @@ struct AdamHp {
 
 /// [`adamw`]'s loop over whole 16-value chunks of `range`, the same f32 operations in the same
 /// order (no fused multiply-adds), so the results are bit-identical; returns where it stopped.
+/// Written once over [`Lanes16`]: one AVX-512 register or two AVX2 ones.
 ///
 /// # Safety
-/// AVX-512F; `[w, g, m, v]` are distinct F32 tensors holding every element of `range`, which
-/// belongs to this thread.
+/// `S`'s instruction set; `[w, g, m, v]` are distinct F32 tensors holding every element of
+/// `range`, which belongs to this thread.
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f")]
-unsafe fn adamw_avx512(
+#[inline(always)]
+unsafe fn adamw_lanes<S: Lanes16>(
     h: &AdamHp,
     [w, g, m, v]: [*mut f32; 4],
     range: std::ops::Range<usize>,
 ) -> usize {
-    use std::arch::x86_64::*;
-    let s = _mm512_set1_ps;
+    // SAFETY (every block below): S's instruction set (caller).
+    let s = |x: f32| unsafe { S::splat(x) };
     let (b1, b1c, b2, b2c) = (s(h.beta1), s(1.0 - h.beta1), s(h.beta2), s(1.0 - h.beta2));
     let (b1h, b2h, eps, lr, keep) = (s(h.beta1h), s(h.beta2h), s(h.eps), s(h.lr), s(h.keep));
     let scale = s(h.scale);
@@ -198,30 +215,40 @@ unsafe fn adamw_avx512(
     while i + 16 <= range.end {
         // SAFETY: elements i..i+16 of each tensor (caller).
         unsafe {
-            let gi = _mm512_mul_ps(_mm512_loadu_ps(g.add(i)), scale);
-            let mi = _mm512_add_ps(
-                _mm512_mul_ps(_mm512_loadu_ps(m.add(i)), b1),
-                _mm512_mul_ps(gi, b1c),
-            );
-            let vi = _mm512_add_ps(
-                _mm512_mul_ps(_mm512_loadu_ps(v.add(i)), b2),
-                _mm512_mul_ps(_mm512_mul_ps(gi, gi), b2c),
-            );
-            _mm512_storeu_ps(m.add(i), mi);
-            _mm512_storeu_ps(v.add(i), vi);
-            let step = _mm512_div_ps(
-                _mm512_mul_ps(mi, b1h),
-                _mm512_add_ps(_mm512_sqrt_ps(_mm512_mul_ps(vi, b2h)), eps),
-            );
-            let wi = _mm512_sub_ps(
-                _mm512_mul_ps(_mm512_loadu_ps(w.add(i)), keep),
-                _mm512_mul_ps(lr, step),
-            );
-            _mm512_storeu_ps(w.add(i), wi);
+            let gi = S::mul(S::load(g.add(i)), scale);
+            let mi = S::add(S::mul(S::load(m.add(i)), b1), S::mul(gi, b1c));
+            let vi = S::add(S::mul(S::load(v.add(i)), b2), S::mul(S::mul(gi, gi), b2c));
+            S::store(m.add(i), mi);
+            S::store(v.add(i), vi);
+            let step = S::div(S::mul(mi, b1h), S::add(S::sqrt(S::mul(vi, b2h)), eps));
+            let wi = S::sub(S::mul(S::load(w.add(i)), keep), S::mul(lr, step));
+            S::store(w.add(i), wi);
         }
         i += 16;
     }
     i
+}
+
+/// [`adamw_lanes`] compiled for AVX-512.
+///
+/// # Safety
+/// AVX-512F; as [`adamw_lanes`].
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn adamw_avx512(h: &AdamHp, t: [*mut f32; 4], range: std::ops::Range<usize>) -> usize {
+    // SAFETY: the caller's contract.
+    unsafe { adamw_lanes::<Wide>(h, t, range) }
+}
+
+/// [`adamw_lanes`] compiled for AVX2.
+///
+/// # Safety
+/// AVX2; as [`adamw_lanes`].
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn adamw_avx2(h: &AdamHp, t: [*mut f32; 4], range: std::ops::Range<usize>) -> usize {
+    // SAFETY: the caller's contract.
+    unsafe { adamw_lanes::<Pair>(h, t, range) }
 }
 
 pub(crate) fn sgd(a: &StepArgs<'_>, ctx: &Ctx<'_>) {
@@ -244,13 +271,22 @@ pub(crate) fn sgd(a: &StepArgs<'_>, ctx: &Ctx<'_>) {
 
 #[cfg(test)]
 mod tests {
-    /// The AVX-512 AdamW loop equals the scalar one bit for bit (tails included).
+    /// The AVX-512 and AVX2 AdamW loops equal the scalar one bit for bit (tails included).
     #[cfg(target_arch = "x86_64")]
     #[test]
-    fn adamw_avx512_is_bit_identical() {
-        if !crate::simd::required_by_test("AVX-512 AdamW", crate::simd::vexp::available()) {
-            return;
+    fn adamw_simd_is_bit_identical() {
+        use crate::simd::{required_by_test, Isa};
+        if required_by_test("AVX2 AdamW", Isa::available().contains(&Isa::Avx2)) {
+            check(super::adamw_avx2);
         }
+        if required_by_test("AVX-512 AdamW", crate::simd::vexp::available()) {
+            check(super::adamw_avx512);
+        }
+    }
+
+    type Loop = unsafe fn(&super::AdamHp, [*mut f32; 4], std::ops::Range<usize>) -> usize;
+
+    fn check(simd: Loop) {
         let n = 16 * 37 + 5;
         let val = |i: usize, k: u32| {
             let x = (i as u32)
@@ -289,8 +325,8 @@ mod tests {
             })
             .collect();
         let ptrs: [*mut f32; 4] = std::array::from_fn(|k| t[k].as_mut_ptr());
-        // SAFETY: AVX-512F checked; four distinct vectors of n values.
-        let done = unsafe { super::adamw_avx512(&h, ptrs, 0..n) };
+        // SAFETY: the caller checked the instruction set; four distinct vectors of n values.
+        let done = unsafe { simd(&h, ptrs, 0..n) };
         assert_eq!(done, n / 16 * 16);
         for (i, w) in want.iter().enumerate().take(done) {
             let got = [t[0][i], t[2][i], t[3][i]];

@@ -15,7 +15,7 @@ use std::arch::x86_64::*;
 use super::vexp;
 
 /// Sixteen f32 lanes (`V`), sixteen i32 lanes (`Vi`) and the operations the attention tiles
-/// use.
+/// and AdamW use.
 ///
 /// # Safety
 /// Every function needs its instruction set ([`Wide`]: AVX-512F/BW/VL/DQ + FMA + F16C;
@@ -34,6 +34,7 @@ pub(crate) trait Lanes16 {
     unsafe fn sub(a: Self::V, b: Self::V) -> Self::V;
     unsafe fn mul(a: Self::V, b: Self::V) -> Self::V;
     unsafe fn div(a: Self::V, b: Self::V) -> Self::V;
+    unsafe fn sqrt(x: Self::V) -> Self::V;
     /// `a · b + c`, rounded once.
     unsafe fn fmadd(a: Self::V, b: Self::V, c: Self::V) -> Self::V;
     unsafe fn max(a: Self::V, b: Self::V) -> Self::V;
@@ -101,6 +102,10 @@ impl Lanes16 for Wide {
     #[inline(always)]
     unsafe fn div(a: __m512, b: __m512) -> __m512 {
         _mm512_div_ps(a, b)
+    }
+    #[inline(always)]
+    unsafe fn sqrt(x: __m512) -> __m512 {
+        _mm512_sqrt_ps(x)
     }
     #[inline(always)]
     unsafe fn fmadd(a: __m512, b: __m512, c: __m512) -> __m512 {
@@ -235,6 +240,10 @@ impl Lanes16 for Pair {
     #[inline(always)]
     unsafe fn div(a: [__m256; 2], b: [__m256; 2]) -> [__m256; 2] {
         [_mm256_div_ps(a[0], b[0]), _mm256_div_ps(a[1], b[1])]
+    }
+    #[inline(always)]
+    unsafe fn sqrt(x: [__m256; 2]) -> [__m256; 2] {
+        [_mm256_sqrt_ps(x[0]), _mm256_sqrt_ps(x[1])]
     }
     #[inline(always)]
     unsafe fn fmadd(a: [__m256; 2], b: [__m256; 2], c: [__m256; 2]) -> [__m256; 2] {
