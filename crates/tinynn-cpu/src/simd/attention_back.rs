@@ -663,3 +663,6 @@ pub(crate) unsafe fn kv_tile(
 ) {
     unreachable!("attention_back tiles are only offered where AVX2 or AVX-512 is available");
 }
+
+#[cfg(all(test, target_arch = "x86_64"))]
+mod tests;

@@ -531,3 +531,6 @@ unsafe fn f16_row_to_f32<S: Lanes16>(row: *const u8, out: &mut [f32]) {
         *x = tinynn_core::quant::half::f16_to_f32(u16::from_le_bytes(b));
     }
 }
+
+#[cfg(all(test, target_arch = "x86_64"))]
+mod tests;
