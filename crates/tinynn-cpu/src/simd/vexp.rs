@@ -209,6 +209,11 @@ pub(crate) fn sum_exp_f64(row: &[f32], max: f32) -> f64 {
         // SAFETY: AVX-512F checked.
         return unsafe { sum_exp_avx512(row, max) };
     }
+    #[cfg(target_arch = "x86_64")]
+    if super::Isa::detected() >= super::Isa::Avx2 {
+        // SAFETY: AVX2 + FMA checked.
+        return unsafe { f64_lanes_avx2::sum_exp(row, max) };
+    }
     row.iter().map(|&x| f64::from(x - max).exp()).sum()
 }
 
@@ -219,6 +224,9 @@ pub(crate) fn softmax_scaled_row(row: &[f32], max: f32, sum: f64, k: f64, out: &
     if available() {
         // SAFETY: AVX-512F checked.
         done = unsafe { softmax_scaled_avx512(row, max, sum, k, out) };
+    } else if super::Isa::detected() >= super::Isa::Avx2 {
+        // SAFETY: AVX2 + FMA checked.
+        done = unsafe { f64_lanes_avx2::softmax_scaled(row, max, sum, k, out) };
     }
     for (o, &x) in out[done..].iter_mut().zip(&row[done..]) {
         *o = (k * (f64::from(x - max).exp() / sum)) as f32;
@@ -289,6 +297,9 @@ pub(crate) unsafe fn silu_back_row(x: *const f32, dy: *const f32, out: *mut f32,
     if available() {
         // SAFETY: AVX-512F checked; pointers from the caller.
         i = unsafe { silu_back_avx512(x, dy, out, n) };
+    } else if super::Isa::detected() >= super::Isa::Avx2 {
+        // SAFETY: AVX2 + FMA checked; pointers from the caller.
+        i = unsafe { f64_lanes_avx2::silu_back(x, dy, out, n) };
     }
     for j in i..n {
         // SAFETY: j < n.
@@ -350,6 +361,9 @@ pub(crate) unsafe fn swiglu_back_row(
     if available() && !strict {
         // SAFETY: AVX-512F checked; pointers from the caller.
         i = unsafe { swiglu_back_avx512(g, u, dy, dg, du, n) };
+    } else if super::Isa::detected() >= super::Isa::Avx2 && !strict {
+        // SAFETY: AVX2 + FMA checked; pointers from the caller.
+        i = unsafe { f64_lanes_avx2::swiglu_back(g, u, dy, dg, du, n) };
     }
     for j in i..n {
         // SAFETY: j < n.
@@ -735,3 +749,6 @@ mod tests {
         }
     }
 }
+
+#[cfg(target_arch = "x86_64")]
+mod f64_lanes_avx2;
