@@ -3,6 +3,8 @@
 //! The fixture's bytes come from ggml's `quantize_row_q2_K_ref` … `quantize_row_q6_K_ref`
 //! (ggml 0.25.3, as bundled in llama-cpp-python 0.3.36's source package), compiled with gcc on
 //! x86-64 and run locally on the rows below; ggml's code is not part of this repository.
+//! `scripts/make-k-quant-reference.py LLAMA_BUILD` regenerates it (its own C program against a
+//! local build's `libggml-base.so`; the rows from a seeded `random.Random`).
 //!
 //! Layout of `fixtures/k_quant_reference.bin` (little-endian): the magic `TNKQREF1`, `u32` row
 //! count, `u32` elements per row (two super-blocks), the rows as f32, then for each of Q2_K,
