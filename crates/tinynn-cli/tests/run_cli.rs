@@ -1,5 +1,6 @@
 //! `tnn run` end to end on the default model: llama.cpp's greedy text, reproducible sampling,
-//! and a one-line error for a prompt that does not fit.
+//! and a one-line error for a prompt that does not fit (`LLAMA_CPP_TEXT`: see
+//! `scripts/make-real-model-constants.py`).
 
 mod common;
 

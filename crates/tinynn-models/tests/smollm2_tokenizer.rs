@@ -1,5 +1,6 @@
 //! The SmolLM2 tokenizer built from GGUF metadata: the reference ids (llama.cpp's),
-//! special tokens, and exact round trips.
+//! special tokens, and exact round trips. `scripts/make-real-model-constants.py` recomputes every
+//! id list here with llama.cpp and says whether they still match.
 
 use tinynn_format::gguf::GgufFile;
 use tinynn_format::model_cache::require_default_model;
