@@ -12,6 +12,8 @@
 //! first batch re-scored after 20 steps 1.64784 (tinynn: 3.1950, 2.0207, 1.6479).
 //! `TINYNN_ANCHOR_LABELS=next` scores all 256 next tokens per row instead; PyTorch on that
 //! recipe: step 1 3.19158, step 20 2.01743, re-scored after 20 steps 1.64525.
+//! `scripts/make-anchor-reference.py --tnn target/release/tnn [--labels next]` reruns that
+//! PyTorch side (rerun 2026-12-03: 3.19496, 2.02061, 1.64784 again).
 //!
 //!     cargo test --release -p tinynn-train --test smollm2_anchor -- --ignored --nocapture
 //!
