@@ -19,7 +19,7 @@
 //! F16 weights take f32 activations rounded to f16 (see `f16x16`).
 //!
 //! Packing happens only where the kernels exist: every kind with AVX-512 VNNI; Q4_0, Q4_1,
-//! Q8_0, F16 and F32 with AVX2 alone (`vpmaddubsw` + `vpmaddwd` for `vpdpbusd`, 8 rows a register, the same
+//! Q5_0, Q5_1, Q8_0, F16 and F32 with AVX2 alone (`vpmaddubsw` + `vpmaddwd` for `vpdpbusd`, 8 rows a register, the same
 //! bits). [`PackedWeight::matmul_ref`] is the scalar oracle of the tests.
 
 mod bf16x16;
@@ -309,6 +309,8 @@ impl PackKind {
             self,
             PackKind::Q4_0x16
                 | PackKind::Q4_1x16
+                | PackKind::Q5_0x16
+                | PackKind::Q5_1x16
                 | PackKind::Q8_0x16
                 | PackKind::F16x16
                 | PackKind::F32x16
@@ -334,8 +336,10 @@ impl PackKind {
         }
         if !wide() {
             return match self {
-                PackKind::Q4_0x16 => pick!(nibbles::tile_avx2, false, 8),
-                PackKind::Q4_1x16 => pick!(nibbles::tile_avx2, true, 0),
+                PackKind::Q4_0x16 => pick!(nibbles::tile_avx2, false, false, 8),
+                PackKind::Q4_1x16 => pick!(nibbles::tile_avx2, true, false, 0),
+                PackKind::Q5_0x16 => pick!(nibbles::tile_avx2, false, true, 16),
+                PackKind::Q5_1x16 => pick!(nibbles::tile_avx2, true, true, 0),
                 PackKind::Q8_0x16 => pick!(q8_0x16::tile_avx2),
                 PackKind::F16x16 => wide_avx2_tile::<false>(n),
                 PackKind::F32x16 => wide_avx2_tile::<true>(n),

@@ -188,24 +188,50 @@ mod avx512 {
     }
 }
 
-/// The AVX2 twin of the AVX-512 tile (4- and 5-bit kinds without 5th bits: Q4_0, Q4_1): the
-/// group's 16 rows as two halves of 8 (one ymm lane a row), half after half. `vpdpbusd` becomes
-/// `vpmaddubsw` + `vpmaddwd` (nibbles × i8 pairs stay far inside i16) and an add, giving the
-/// same i32 sums; the float steps are the AVX-512 tile's, lane for lane, so the two give the
+/// The AVX2 twin of the AVX-512 tile (Q4_0, Q4_1, Q5_0, Q5_1): the group's 16 rows as two
+/// halves of 8 (one ymm lane a row), half after half. `vpdpbusd` becomes `vpmaddubsw` +
+/// `vpmaddwd` (5-bit × i8 pairs stay far inside i16) and an add, giving the same i32 sums; the
+/// 5th bits' 32-bit half-plane is spread to a byte mask (`vpshufb` + compare) where AVX-512
+/// uses a `kmov`; the float steps are the AVX-512 tile's, lane for lane, so the two give the
 /// same bits.
 #[cfg(target_arch = "x86_64")]
 mod avx2 {
     use std::arch::x86_64::*;
 
-    use super::{block_bytes, quants_at, M_AT};
+    use super::{block_bytes, planes_at, quants_at, M_AT};
 
-    /// `T` tokens × 16 rows over `nb` blocks; `MIN` and `OFF` as the AVX-512 tile's (no 5th
-    /// bits).
+    /// 0x10 in the bytes of `bits` (byte i: bit i) that are set.
+    ///
+    /// # Safety
+    /// AVX2.
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    unsafe fn fifth_bits(bits: u32) -> __m256i {
+        // Byte i takes mask byte i / 8 (vpshufb works per 128-bit lane: the low lane holds
+        // bytes 0..16, mask bytes 0 and 1; the high lane mask bytes 2 and 3).
+        let spread = _mm256_shuffle_epi8(
+            _mm256_set1_epi32(bits as i32),
+            _mm256_setr_epi8(
+                0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3,
+                3, 3, 3, 3,
+            ),
+        );
+        let bit = _mm256_set1_epi64x(0x8040_2010_0804_0201_u64 as i64);
+        let set = _mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit);
+        _mm256_and_si256(set, _mm256_set1_epi8(0x10))
+    }
+
+    /// `T` tokens × 16 rows over `nb` blocks; `MIN`, `HIGH` and `OFF` as the AVX-512 tile's.
     ///
     /// # Safety
     /// AVX2 + FMA + F16C present; pointers as in `super::super::TileFn`.
     #[target_feature(enable = "avx2,fma,f16c")]
-    pub(in super::super) unsafe fn tile<const T: usize, const MIN: bool, const OFF: i32>(
+    pub(in super::super) unsafe fn tile<
+        const T: usize,
+        const MIN: bool,
+        const HIGH: bool,
+        const OFF: i32,
+    >(
         group: super::super::GroupIn,
         x: *const u8,
         x_stride: usize,
@@ -214,7 +240,7 @@ mod avx2 {
         valid: usize,
     ) {
         let super::super::GroupIn { w, nb, pf } = group;
-        let (bb, qa) = (block_bytes(MIN, false), quants_at(MIN, false));
+        let (bb, pa, qa) = (block_bytes(MIN, HIGH), planes_at(MIN), quants_at(MIN, HIGH));
         let m4 = _mm256_set1_epi8(0x0F);
         let ones = _mm256_set1_epi16(1);
         for h in 0..2 {
@@ -242,6 +268,14 @@ mod avx2 {
                         let q = _mm256_loadu_si256(wb.add(qa + 64 * j + 32 * h) as *const __m256i);
                         lo[j] = _mm256_and_si256(q, m4);
                         hi[j] = _mm256_and_si256(_mm256_srli_epi16::<4>(q), m4);
+                        if HIGH {
+                            // This half's 32 bits of the planes of elements 4j.. and 16 + 4j..
+                            let kl = (wb.add(pa + 8 * j + 4 * h) as *const u32).read_unaligned();
+                            let kh =
+                                (wb.add(pa + 32 + 8 * j + 4 * h) as *const u32).read_unaligned();
+                            lo[j] = _mm256_add_epi8(lo[j], fifth_bits(kl));
+                            hi[j] = _mm256_add_epi8(hi[j], fifth_bits(kh));
+                        }
                     }
                     for (t, ft) in f.iter_mut().enumerate() {
                         let xb = x.add(t * x_stride + b * 36);

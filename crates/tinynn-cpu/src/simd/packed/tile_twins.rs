@@ -66,13 +66,23 @@ fn avx2_tiles_give_the_avx512_bits() {
             [
                 (
                     GgmlType::Q4_0,
-                    nibbles::tile_avx2::<$t, false, 8> as TileFn,
+                    nibbles::tile_avx2::<$t, false, false, 8> as TileFn,
                     nibbles::tile::<$t, false, false, 8> as TileFn,
                 ),
                 (
                     GgmlType::Q4_1,
-                    nibbles::tile_avx2::<$t, true, 0>,
+                    nibbles::tile_avx2::<$t, true, false, 0>,
                     nibbles::tile::<$t, true, false, 0>,
+                ),
+                (
+                    GgmlType::Q5_0,
+                    nibbles::tile_avx2::<$t, false, true, 16>,
+                    nibbles::tile::<$t, false, true, 16>,
+                ),
+                (
+                    GgmlType::Q5_1,
+                    nibbles::tile_avx2::<$t, true, true, 0>,
+                    nibbles::tile::<$t, true, true, 0>,
                 ),
                 (
                     GgmlType::Q8_0,
