@@ -329,8 +329,66 @@ pub fn q8_k_row(x: &[f32], out: &mut [u8]) {
             unsafe { q8_k_block_avx512(xb, ob) };
             continue;
         }
+        #[cfg(target_arch = "x86_64")]
+        if super::Isa::detected() >= super::Isa::Avx2 && xb.iter().all(|v| v.is_finite()) {
+            // SAFETY: AVX2 checked; 256 values and 292 bytes.
+            unsafe { q8_k_block_avx2(xb, ob) };
+            continue;
+        }
         quant::quantize_activations(GgmlType::Q8K, xb, ob).expect("one whole block");
     }
+}
+
+/// [`q8_k_block_avx512`] with AVX2: the same scale, roundings, cap and sums.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn q8_k_block_avx2(x: &[f32], out: &mut [u8]) {
+    let sign = _mm256_set1_ps(-0.0);
+    // SAFETY: 32 loads of 8 values within x's 256 (caller).
+    let v: [__m256; 32] =
+        std::array::from_fn(|i| unsafe { _mm256_loadu_ps(x.as_ptr().add(8 * i)) });
+    let mut m = _mm256_setzero_ps();
+    for vi in &v {
+        m = _mm256_max_ps(m, _mm256_andnot_ps(sign, *vi));
+    }
+    let m4 = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps::<1>(m));
+    let m2 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+    let amax = _mm_cvtss_f32(_mm_max_ss(m2, _mm_shuffle_ps::<1>(m2, m2)));
+    if amax == 0.0 {
+        out.fill(0);
+        return;
+    }
+    let max = x.iter().copied().find(|v| v.abs() == amax).unwrap_or(amax);
+    let iscale = -127.0 / max;
+    let sv = _mm256_set1_ps(iscale);
+    let cap = _mm256_set1_epi32(127);
+    const R: i32 = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
+    for g in 0..16 {
+        let q = [0, 1].map(|k| {
+            let p = _mm256_mul_ps(v[2 * g + k], sv);
+            _mm256_min_epi32(_mm256_cvtps_epi32(_mm256_round_ps::<R>(p)), cap)
+        });
+        let s8 = _mm256_add_epi32(q[0], q[1]);
+        let s4 = _mm_add_epi32(
+            _mm256_castsi256_si128(s8),
+            _mm256_extracti128_si256::<1>(s8),
+        );
+        let s2 = _mm_add_epi32(s4, _mm_shuffle_epi32::<0b01_00_11_10>(s4));
+        let sum = _mm_cvtsi128_si32(_mm_add_epi32(s2, _mm_shuffle_epi32::<0b10_11_00_01>(s2)));
+        // i32 -> i16 -> i8 (values within −128..=127); packs work per 128-bit half.
+        let w = _mm256_packs_epi32(q[0], q[1]);
+        let b = _mm256_packs_epi16(w, w);
+        let b = _mm256_permutevar8x32_epi32(b, _mm256_setr_epi32(0, 4, 1, 5, 0, 4, 1, 5));
+        // SAFETY: bytes 4 + 16g .. +16 are inside the 292.
+        unsafe {
+            _mm_storeu_si128(
+                out.as_mut_ptr().add(4 + 16 * g) as *mut __m128i,
+                _mm256_castsi256_si128(b),
+            );
+        }
+        out[260 + 2 * g..][..2].copy_from_slice(&(sum as i16).to_le_bytes());
+    }
+    out[0..4].copy_from_slice(&(1.0 / iscale).to_le_bytes());
 }
 
 #[cfg(target_arch = "x86_64")]

@@ -312,6 +312,7 @@ impl PackKind {
                 | PackKind::Q5_0x16
                 | PackKind::Q5_1x16
                 | PackKind::Q8_0x16
+                | PackKind::Q4Kx16
                 | PackKind::F16x16
                 | PackKind::F32x16
         )
@@ -341,6 +342,12 @@ impl PackKind {
                 PackKind::Q5_0x16 => pick!(nibbles::tile_avx2, false, true, 16),
                 PackKind::Q5_1x16 => pick!(nibbles::tile_avx2, true, true, 0),
                 PackKind::Q8_0x16 => pick!(q8_0x16::tile_avx2),
+                PackKind::Q4Kx16 => match n {
+                    4.. => (q4_kx16::tile_avx2::<4>, 4),
+                    3 => (q4_kx16::tile_avx2::<3>, 3),
+                    2 => (q4_kx16::tile_avx2::<2>, 2),
+                    _ => (q4_kx16::tile_avx2::<1>, 1),
+                },
                 PackKind::F16x16 => wide_avx2_tile::<false>(n),
                 PackKind::F32x16 => wide_avx2_tile::<true>(n),
                 _ => unreachable!("{self:?} is packed only with AVX-512 VNNI"),

@@ -100,6 +100,8 @@ pub(super) fn dot_ref(w: &[u8], nb: usize, r: usize, x: &[u8]) -> f32 {
 }
 
 #[cfg(target_arch = "x86_64")]
+pub(super) use avx2::tile as tile_avx2;
+#[cfg(target_arch = "x86_64")]
 pub(super) use avx512::tile;
 
 #[cfg(target_arch = "x86_64")]
@@ -192,5 +194,117 @@ mod avx512 {
         }
         // SAFETY: the `valid` columns of the T output rows are this thread's (caller).
         unsafe { super::super::store_summed(&[f], out, out_stride, valid) };
+    }
+}
+
+/// The AVX2 twin: the 16 rows as two halves of 8, half after half; `vpdpbusd` becomes
+/// `vpmaddubsw` + `vpmaddwd` + add (nibble × i8 pairs fit i16), the scales and mins are each
+/// half's 8 bytes, and every integer and float step is the AVX-512 tile's, lane for lane: the
+/// same bits.
+#[cfg(target_arch = "x86_64")]
+mod avx2 {
+    use std::arch::x86_64::*;
+
+    use super::{BLOCK_BYTES, DMIN_AT, M_AT, Q_AT, SC_AT};
+    use crate::simd::packed::Q8K_BLOCK_BYTES;
+
+    /// `T` (at most 4: its sums stay in registers) tokens × 16 rows over `nb` super-blocks.
+    ///
+    /// # Safety
+    /// AVX2 + FMA + F16C present; pointers as in `super::super::TileFn`.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(in super::super) unsafe fn tile<const T: usize>(
+        group: super::super::GroupIn,
+        x: *const u8,
+        x_stride: usize,
+        out: *mut f32,
+        out_stride: usize,
+        valid: usize,
+    ) {
+        let super::super::GroupIn { w, nb, pf } = group;
+        let m4 = _mm256_set1_epi8(0x0F);
+        let ones = _mm256_set1_epi16(1);
+        let bytes8 = |p: *const u8| {
+            // SAFETY: 8 bytes at p (callers below).
+            _mm256_cvtepu8_epi32(unsafe { _mm_loadl_epi64(p as *const __m128i) })
+        };
+        for h in 0..2 {
+            let rows = valid.saturating_sub(8 * h).min(8);
+            if rows == 0 {
+                break;
+            }
+            let mut f = [_mm256_setzero_ps(); T];
+            for b in 0..nb {
+                // SAFETY: super-block b of the group and of every token row is in bounds
+                // (caller).
+                unsafe {
+                    let wb = w.add(b * BLOCK_BYTES);
+                    if pf != 0 && h == 0 {
+                        crate::simd::prefetch(wb.wrapping_add(pf), BLOCK_BYTES);
+                    }
+                    let mut sumi = [_mm256_setzero_si256(); T];
+                    for p in 0..4 {
+                        let sc_lo = bytes8(wb.add(SC_AT + 16 * 2 * p + 8 * h));
+                        let sc_hi = bytes8(wb.add(SC_AT + 16 * (2 * p + 1) + 8 * h));
+                        for part in 0..2 {
+                            let mut lo = [_mm256_setzero_si256(); 4];
+                            let mut hi = [_mm256_setzero_si256(); 4];
+                            for cc in 0..4 {
+                                let c = 4 * part + cc;
+                                let q = _mm256_loadu_si256(
+                                    wb.add(Q_AT + 64 * (8 * p + c) + 32 * h) as *const __m256i,
+                                );
+                                lo[cc] = _mm256_and_si256(q, m4);
+                                hi[cc] = _mm256_and_si256(_mm256_srli_epi16::<4>(q), m4);
+                            }
+                            for (t, st) in sumi.iter_mut().enumerate() {
+                                let xq = x.add(t * x_stride + b * Q8K_BLOCK_BYTES + 4 + 64 * p);
+                                let mut al = _mm256_setzero_si256();
+                                let mut ah = _mm256_setzero_si256();
+                                for cc in 0..4 {
+                                    let c = 4 * part + cc;
+                                    let xl = (xq.add(4 * c) as *const i32).read_unaligned();
+                                    let xh = (xq.add(32 + 4 * c) as *const i32).read_unaligned();
+                                    let pl = _mm256_maddubs_epi16(lo[cc], _mm256_set1_epi32(xl));
+                                    let ph = _mm256_maddubs_epi16(hi[cc], _mm256_set1_epi32(xh));
+                                    al = _mm256_add_epi32(al, _mm256_madd_epi16(pl, ones));
+                                    ah = _mm256_add_epi32(ah, _mm256_madd_epi16(ph, ones));
+                                }
+                                *st = _mm256_add_epi32(*st, _mm256_mullo_epi32(al, sc_lo));
+                                *st = _mm256_add_epi32(*st, _mm256_mullo_epi32(ah, sc_hi));
+                            }
+                        }
+                    }
+                    let d = _mm256_cvtph_ps(_mm_loadu_si128(wb.add(16 * h) as *const __m128i));
+                    let dmin = _mm256_cvtph_ps(_mm_loadu_si128(
+                        wb.add(DMIN_AT + 16 * h) as *const __m128i
+                    ));
+                    for (t, ft) in f.iter_mut().enumerate() {
+                        let xb = x.add(t * x_stride + b * Q8K_BLOCK_BYTES);
+                        let bs = xb.add(260) as *const i16;
+                        let mut summ = _mm256_setzero_si256();
+                        for j in 0..8 {
+                            let s = i32::from(bs.add(2 * j).read_unaligned())
+                                + i32::from(bs.add(2 * j + 1).read_unaligned());
+                            let m = bytes8(wb.add(M_AT + 16 * j + 8 * h));
+                            summ =
+                                _mm256_add_epi32(summ, _mm256_mullo_epi32(m, _mm256_set1_epi32(s)));
+                        }
+                        let da = _mm256_set1_ps((xb as *const f32).read_unaligned());
+                        let q = _mm256_mul_ps(_mm256_mul_ps(d, da), _mm256_cvtepi32_ps(sumi[t]));
+                        let mn = _mm256_mul_ps(_mm256_mul_ps(dmin, da), _mm256_cvtepi32_ps(summ));
+                        *ft = _mm256_add_ps(*ft, _mm256_sub_ps(q, mn));
+                    }
+                }
+            }
+            let mask = _mm256_cmpgt_epi32(
+                _mm256_set1_epi32(rows as i32),
+                _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7),
+            );
+            for (t, ft) in f.iter().enumerate() {
+                // SAFETY: the `valid` columns of token t's output row are this thread's (caller).
+                unsafe { _mm256_maskstore_ps(out.add(t * out_stride + 8 * h), mask, *ft) };
+            }
+        }
     }
 }
