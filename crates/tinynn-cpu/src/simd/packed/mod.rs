@@ -18,8 +18,8 @@
 //! as u8, the unsigned operand of `vpdpbusd`) it is the exact i16 `Σq` that removes the bias.
 //! F16 weights take f32 activations rounded to f16 (see `f16x16`).
 //!
-//! Packing happens only where the kernels exist: every kind with AVX-512 VNNI; Q4_0, Q4_1,
-//! Q5_0, Q5_1, Q8_0, F16 and F32 with AVX2 alone (`vpmaddubsw` + `vpmaddwd` for `vpdpbusd`, 8 rows a register, the same
+//! Packing happens only where the kernels exist: every kind with AVX-512 VNNI; all but BF16
+//! with AVX2 alone (`vpmaddubsw` + `vpmaddwd` for `vpdpbusd`, 8 rows a register, the same
 //! bits). [`PackedWeight::matmul_ref`] is the scalar oracle of the tests.
 
 mod bf16x16;
@@ -313,6 +313,7 @@ impl PackKind {
                 | PackKind::Q5_1x16
                 | PackKind::Q8_0x16
                 | PackKind::Q4Kx16
+                | PackKind::Q6Kx16
                 | PackKind::F16x16
                 | PackKind::F32x16
         )
@@ -347,6 +348,12 @@ impl PackKind {
                     3 => (q4_kx16::tile_avx2::<3>, 3),
                     2 => (q4_kx16::tile_avx2::<2>, 2),
                     _ => (q4_kx16::tile_avx2::<1>, 1),
+                },
+                PackKind::Q6Kx16 => match n {
+                    4.. => (q6_kx16::tile_avx2::<4>, 4),
+                    3 => (q6_kx16::tile_avx2::<3>, 3),
+                    2 => (q6_kx16::tile_avx2::<2>, 2),
+                    _ => (q6_kx16::tile_avx2::<1>, 1),
                 },
                 PackKind::F16x16 => wide_avx2_tile::<false>(n),
                 PackKind::F32x16 => wide_avx2_tile::<true>(n),

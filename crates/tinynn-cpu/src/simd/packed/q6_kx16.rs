@@ -81,6 +81,8 @@ pub(super) fn dot_ref(w: &[u8], nb: usize, r: usize, x: &[u8]) -> f32 {
 }
 
 #[cfg(target_arch = "x86_64")]
+pub(super) use avx2::tile as tile_avx2;
+#[cfg(target_arch = "x86_64")]
 pub(super) use avx512::tile;
 
 #[cfg(target_arch = "x86_64")]
@@ -145,5 +147,89 @@ mod avx512 {
         }
         // SAFETY: the `valid` columns of the T output rows are this thread's (caller).
         unsafe { super::super::store_summed(&[f], out, out_stride, valid) };
+    }
+}
+
+/// The AVX2 twin: two halves of 8 rows, half after half; `vpdpbusd` becomes `vpmaddubsw` +
+/// `vpmaddwd` + add (`q + 32` ≤ 63 times i8 pairs fit i16); every integer and float step is
+/// the AVX-512 tile's, lane for lane: the same bits.
+#[cfg(target_arch = "x86_64")]
+mod avx2 {
+    use std::arch::x86_64::*;
+
+    use super::{BLOCK_BYTES, Q_AT, SC_AT};
+    use crate::simd::packed::Q8K_BLOCK_BYTES;
+
+    /// `T` (at most 4) tokens × 16 rows over `nb` super-blocks.
+    ///
+    /// # Safety
+    /// AVX2 + FMA + F16C present; pointers as in `super::super::TileFn`.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(in super::super) unsafe fn tile<const T: usize>(
+        group: super::super::GroupIn,
+        x: *const u8,
+        x_stride: usize,
+        out: *mut f32,
+        out_stride: usize,
+        valid: usize,
+    ) {
+        let super::super::GroupIn { w, nb, pf } = group;
+        let ones = _mm256_set1_epi16(1);
+        for h in 0..2 {
+            let rows = valid.saturating_sub(8 * h).min(8);
+            if rows == 0 {
+                break;
+            }
+            let mut f = [_mm256_setzero_ps(); T];
+            for b in 0..nb {
+                // SAFETY: super-block b of the group and of every token row is in bounds
+                // (caller).
+                unsafe {
+                    let wb = w.add(b * BLOCK_BYTES);
+                    if pf != 0 && h == 0 {
+                        crate::simd::prefetch(wb.wrapping_add(pf), BLOCK_BYTES);
+                    }
+                    let mut sumi = [_mm256_setzero_si256(); T];
+                    for j in 0..16 {
+                        let sc = _mm256_cvtepi8_epi32(_mm_loadl_epi64(
+                            wb.add(SC_AT + 16 * j + 8 * h) as *const __m128i,
+                        ));
+                        let mut q = [_mm256_setzero_si256(); 4];
+                        for (c, qc) in q.iter_mut().enumerate() {
+                            *qc = _mm256_loadu_si256(
+                                wb.add(Q_AT + 64 * (4 * j + c) + 32 * h) as *const __m256i
+                            );
+                        }
+                        for (t, st) in sumi.iter_mut().enumerate() {
+                            let xb = x.add(t * x_stride + b * Q8K_BLOCK_BYTES);
+                            let bs = (xb.add(260 + 2 * j) as *const i16).read_unaligned();
+                            let mut acc = _mm256_set1_epi32(-32 * i32::from(bs));
+                            for (c, qc) in q.iter().enumerate() {
+                                let xa =
+                                    (xb.add(4 + 16 * j + 4 * c) as *const i32).read_unaligned();
+                                let pr = _mm256_maddubs_epi16(*qc, _mm256_set1_epi32(xa));
+                                acc = _mm256_add_epi32(acc, _mm256_madd_epi16(pr, ones));
+                            }
+                            *st = _mm256_add_epi32(*st, _mm256_mullo_epi32(acc, sc));
+                        }
+                    }
+                    let d = _mm256_cvtph_ps(_mm_loadu_si128(wb.add(16 * h) as *const __m128i));
+                    for (t, ft) in f.iter_mut().enumerate() {
+                        let xb = x.add(t * x_stride + b * Q8K_BLOCK_BYTES);
+                        let da = _mm256_set1_ps((xb as *const f32).read_unaligned());
+                        let q = _mm256_mul_ps(_mm256_mul_ps(d, da), _mm256_cvtepi32_ps(sumi[t]));
+                        *ft = _mm256_add_ps(*ft, q);
+                    }
+                }
+            }
+            let mask = _mm256_cmpgt_epi32(
+                _mm256_set1_epi32(rows as i32),
+                _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7),
+            );
+            for (t, ft) in f.iter().enumerate() {
+                // SAFETY: the `valid` columns of token t's output row are this thread's (caller).
+                unsafe { _mm256_maskstore_ps(out.add(t * out_stride + 8 * h), mask, *ft) };
+            }
+        }
     }
 }

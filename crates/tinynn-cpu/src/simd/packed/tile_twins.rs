@@ -4,7 +4,7 @@
 use tinynn_core::quant;
 use tinynn_format::GgmlType;
 
-use super::{nibbles, pack_always, q4_kx16, q8_0x16, wide, GroupIn, TileFn, GROUP_ROWS};
+use super::{nibbles, pack_always, q4_kx16, q6_kx16, q8_0x16, wide, GroupIn, TileFn, GROUP_ROWS};
 use crate::simd::{required_by_test, Isa};
 
 fn noise(n: usize, seed: u64) -> Vec<f32> {
@@ -37,7 +37,11 @@ fn run(tile: TileFn, ty: GgmlType, k: usize, t: usize, valid: usize, seed: u64) 
     let mut out = vec![f32::NAN; t * GROUP_ROWS];
     let group = GroupIn {
         w: p.data.as_bytes().as_ptr(),
-        nb: k / if ty == GgmlType::Q4K { 256 } else { 32 },
+        nb: k / if matches!(ty, GgmlType::Q4K | GgmlType::Q6K) {
+            256
+        } else {
+            32
+        },
         pf: 0,
     };
     // SAFETY: the test checked the instruction sets; one group of k/32 blocks (k/256 for the
@@ -102,29 +106,36 @@ fn avx2_tiles_give_the_avx512_bits() {
             ]
         };
     }
-    // The K kind: one super-block per 256 elements, tiles of up to 4 tokens.
-    for t in 1..=4 {
-        let (narrow, wide): (TileFn, TileFn) = match t {
-            1 => (q4_kx16::tile_avx2::<1>, q4_kx16::tile::<1>),
-            2 => (q4_kx16::tile_avx2::<2>, q4_kx16::tile::<2>),
-            3 => (q4_kx16::tile_avx2::<3>, q4_kx16::tile::<3>),
-            _ => (q4_kx16::tile_avx2::<4>, q4_kx16::tile::<4>),
+    // The K kinds: one super-block per 256 elements, tiles of up to 4 tokens.
+    for (ty, t) in [GgmlType::Q4K, GgmlType::Q6K]
+        .into_iter()
+        .flat_map(|ty| (1..=4).map(move |t| (ty, t)))
+    {
+        let (narrow, wide): (TileFn, TileFn) = match (ty, t) {
+            (GgmlType::Q4K, 1) => (q4_kx16::tile_avx2::<1>, q4_kx16::tile::<1>),
+            (GgmlType::Q4K, 2) => (q4_kx16::tile_avx2::<2>, q4_kx16::tile::<2>),
+            (GgmlType::Q4K, 3) => (q4_kx16::tile_avx2::<3>, q4_kx16::tile::<3>),
+            (GgmlType::Q4K, _) => (q4_kx16::tile_avx2::<4>, q4_kx16::tile::<4>),
+            (_, 1) => (q6_kx16::tile_avx2::<1>, q6_kx16::tile::<1>),
+            (_, 2) => (q6_kx16::tile_avx2::<2>, q6_kx16::tile::<2>),
+            (_, 3) => (q6_kx16::tile_avx2::<3>, q6_kx16::tile::<3>),
+            _ => (q6_kx16::tile_avx2::<4>, q6_kx16::tile::<4>),
         };
         for (k, valid) in [(256, 16), (512, 11), (1536, 16), (768, 3)] {
-            let got = run(narrow, GgmlType::Q4K, k, t, valid, 5 + k as u64);
+            let got = run(narrow, ty, k, t, valid, 5 + k as u64);
             assert!(
                 (0..t).all(|i| got[i * GROUP_ROWS..][..valid].iter().all(|v| v.is_finite())),
-                "Q4_K t {t} k {k}: {got:?}"
+                "{ty} t {t} k {k}: {got:?}"
             );
             if both {
-                let want = run(wide, GgmlType::Q4K, k, t, valid, 5 + k as u64);
+                let want = run(wide, ty, k, t, valid, 5 + k as u64);
                 let same = got
                     .iter()
                     .zip(&want)
                     .all(|(a, b)| a.to_bits() == b.to_bits());
                 assert!(
                     same,
-                    "Q4_K t {t} k {k} valid {valid}: AVX2 and AVX-512 tiles differ"
+                    "{ty} t {t} k {k} valid {valid}: AVX2 and AVX-512 tiles differ"
                 );
             }
         }
