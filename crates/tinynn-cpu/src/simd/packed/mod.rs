@@ -22,6 +22,26 @@
 //! with AVX2 alone (`vpmaddubsw` + `vpmaddwd` for `vpdpbusd`, 8 rows a register, the same
 //! bits). [`PackedWeight::matmul_ref`] is the scalar oracle of the tests.
 
+/// `(kernel::<T, …>, T)` for the largest `T ≤ 8` not above `n` tokens: a tile kernel generic
+/// over its token count and the extra const arguments given.
+#[cfg(target_arch = "x86_64")]
+macro_rules! pick_tile {
+    ($n:expr, $($f:ident)::+ $(, $c:expr)*) => {
+        match $n {
+            8.. => ($($f)::+::<8 $(, $c)*> as TileFn, 8),
+            7 => ($($f)::+::<7 $(, $c)*>, 7),
+            6 => ($($f)::+::<6 $(, $c)*>, 6),
+            5 => ($($f)::+::<5 $(, $c)*>, 5),
+            4 => ($($f)::+::<4 $(, $c)*>, 4),
+            3 => ($($f)::+::<3 $(, $c)*>, 3),
+            2 => ($($f)::+::<2 $(, $c)*>, 2),
+            _ => ($($f)::+::<1 $(, $c)*>, 1),
+        }
+    };
+}
+
+#[cfg(target_arch = "x86_64")]
+mod avx2_tiles;
 mod bf16x16;
 mod f16x16;
 mod f32x16;
@@ -322,82 +342,33 @@ impl PackKind {
     /// The SIMD kernel for a tile of at most `n` (1..=`max_tile`) tokens and how many it takes.
     #[cfg(target_arch = "x86_64")]
     fn tile(self, n: usize) -> (TileFn, usize) {
-        macro_rules! pick {
-            ($($f:ident)::+ $(, $c:expr)*) => {
-                match n {
-                    8.. => ($($f)::+::<8 $(, $c)*> as TileFn, 8),
-                    7 => ($($f)::+::<7 $(, $c)*>, 7),
-                    6 => ($($f)::+::<6 $(, $c)*>, 6),
-                    5 => ($($f)::+::<5 $(, $c)*>, 5),
-                    4 => ($($f)::+::<4 $(, $c)*>, 4),
-                    3 => ($($f)::+::<3 $(, $c)*>, 3),
-                    2 => ($($f)::+::<2 $(, $c)*>, 2),
-                    _ => ($($f)::+::<1 $(, $c)*>, 1),
-                }
-            };
-        }
         if !wide() {
-            return match self {
-                PackKind::Q4_0x16 => pick!(nibbles::tile_avx2, false, false, 8),
-                PackKind::Q4_1x16 => pick!(nibbles::tile_avx2, true, false, 0),
-                PackKind::Q5_0x16 => pick!(nibbles::tile_avx2, false, true, 16),
-                PackKind::Q5_1x16 => pick!(nibbles::tile_avx2, true, true, 0),
-                PackKind::Q8_0x16 => pick!(q8_0x16::tile_avx2),
-                PackKind::Q4Kx16 => match n {
-                    4.. => (q4_kx16::tile_avx2::<4>, 4),
-                    3 => (q4_kx16::tile_avx2::<3>, 3),
-                    2 => (q4_kx16::tile_avx2::<2>, 2),
-                    _ => (q4_kx16::tile_avx2::<1>, 1),
-                },
-                PackKind::Q6Kx16 => match n {
-                    4.. => (q6_kx16::tile_avx2::<4>, 4),
-                    3 => (q6_kx16::tile_avx2::<3>, 3),
-                    2 => (q6_kx16::tile_avx2::<2>, 2),
-                    _ => (q6_kx16::tile_avx2::<1>, 1),
-                },
-                PackKind::F16x16 => wide_avx2_tile::<false>(n),
-                PackKind::F32x16 => wide_avx2_tile::<true>(n),
-                _ => unreachable!("{self:?} is packed only with AVX-512 VNNI"),
-            };
+            return self.tile_avx2(n);
         }
         match self {
-            PackKind::Q4_0x16 => pick!(nibbles::tile, false, false, 8),
-            PackKind::Q4_1x16 => pick!(nibbles::tile, true, false, 0),
-            PackKind::Q5_0x16 => pick!(nibbles::tile, false, true, 16),
-            PackKind::Q5_1x16 => pick!(nibbles::tile, true, true, 0),
-            PackKind::Q8_0x16 => pick!(q8_0x16::tile),
+            PackKind::Q4_0x16 => pick_tile!(n, nibbles::tile, false, false, 8),
+            PackKind::Q4_1x16 => pick_tile!(n, nibbles::tile, true, false, 0),
+            PackKind::Q5_0x16 => pick_tile!(n, nibbles::tile, false, true, 16),
+            PackKind::Q5_1x16 => pick_tile!(n, nibbles::tile, true, true, 0),
+            PackKind::Q8_0x16 => pick_tile!(n, q8_0x16::tile),
             PackKind::F16x16 => match n {
                 16.. => (wide::tile::<16, false>, 16),
                 12.. => (wide::tile::<12, false>, 12),
-                _ => pick!(wide::tile, false),
+                _ => pick_tile!(n, wide::tile, false),
             },
             PackKind::Bf16x16 => match n {
                 16.. => (bf16x16::tile::<16>, 16),
                 12.. => (bf16x16::tile::<12>, 12),
-                _ => pick!(bf16x16::tile),
+                _ => pick_tile!(n, bf16x16::tile),
             },
             PackKind::F32x16 => match n {
                 16.. => (wide::tile::<16, true>, 16),
                 12.. => (wide::tile::<12, true>, 12),
-                _ => pick!(wide::tile, true),
+                _ => pick_tile!(n, wide::tile, true),
             },
-            PackKind::Q4Kx16 => pick!(q4_kx16::tile),
-            PackKind::Q6Kx16 => pick!(q6_kx16::tile),
+            PackKind::Q4Kx16 => pick_tile!(n, q4_kx16::tile),
+            PackKind::Q6Kx16 => pick_tile!(n, q6_kx16::tile),
         }
-    }
-}
-
-/// The AVX2 float tile for at most `n` tokens (up to [`wide::AVX2_MAX_TOKENS`]).
-#[cfg(target_arch = "x86_64")]
-fn wide_avx2_tile<const F32: bool>(n: usize) -> (TileFn, usize) {
-    const { assert!(wide::AVX2_MAX_TOKENS == 6) };
-    match n {
-        6.. => (wide::tile_avx2::<6, F32>, 6),
-        5 => (wide::tile_avx2::<5, F32>, 5),
-        4 => (wide::tile_avx2::<4, F32>, 4),
-        3 => (wide::tile_avx2::<3, F32>, 3),
-        2 => (wide::tile_avx2::<2, F32>, 2),
-        _ => (wide::tile_avx2::<1, F32>, 1),
     }
 }
 
