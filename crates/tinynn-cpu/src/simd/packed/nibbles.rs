@@ -243,6 +243,10 @@ mod avx2 {
         let (bb, pa, qa) = (block_bytes(MIN, HIGH), planes_at(MIN), quants_at(MIN, HIGH));
         let m4 = _mm256_set1_epi8(0x0F);
         let ones = _mm256_set1_epi16(1);
+        if T == 1 {
+            // SAFETY: the caller's contract.
+            return unsafe { tile1::<MIN, HIGH, OFF>(group, x, out, valid) };
+        }
         for h in 0..2 {
             let rows = valid.saturating_sub(8 * h).min(8);
             if rows == 0 {
@@ -311,6 +315,86 @@ mod avx2 {
                 // SAFETY: the `valid` columns of token t's output row are this thread's (caller).
                 unsafe { _mm256_maskstore_ps(out.add(t * out_stride + 8 * h), mask, *ft) };
             }
+        }
+    }
+
+    /// [`tile`] for one token (decode): both halves per block, so each weight line is read
+    /// once; the same operations per lane.
+    ///
+    /// # Safety
+    /// As [`tile`].
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn tile1<const MIN: bool, const HIGH: bool, const OFF: i32>(
+        group: super::super::GroupIn,
+        x: *const u8,
+        out: *mut f32,
+        valid: usize,
+    ) {
+        let super::super::GroupIn { w, nb, pf } = group;
+        let (bb, pa, qa) = (block_bytes(MIN, HIGH), planes_at(MIN), quants_at(MIN, HIGH));
+        let m4 = _mm256_set1_epi8(0x0F);
+        let ones = _mm256_set1_epi16(1);
+        let mut f = [_mm256_setzero_ps(); 2];
+        for b in 0..nb {
+            // SAFETY: block b of the group and of the token's row is in bounds (caller).
+            unsafe {
+                let wb = w.add(b * bb);
+                if pf != 0 {
+                    crate::simd::prefetch(wb.wrapping_add(pf), bb);
+                }
+                let xb = x.add(b * 36);
+                let head = (xb as *const i32).read_unaligned();
+                let ds = _mm_cvtph_ps(_mm_cvtsi32_si128(head));
+                let init = if MIN {
+                    _mm256_setzero_si256()
+                } else {
+                    _mm256_set1_epi32(-OFF * i32::from((head >> 16) as i16))
+                };
+                let mut acc = [init; 2];
+                for j in 0..4 {
+                    let xl = _mm256_set1_epi32((xb.add(4 + 4 * j) as *const i32).read_unaligned());
+                    let xh = _mm256_set1_epi32((xb.add(20 + 4 * j) as *const i32).read_unaligned());
+                    for (h, a) in acc.iter_mut().enumerate() {
+                        let q = _mm256_loadu_si256(wb.add(qa + 64 * j + 32 * h) as *const __m256i);
+                        let mut lo = _mm256_and_si256(q, m4);
+                        let mut hi = _mm256_and_si256(_mm256_srli_epi16::<4>(q), m4);
+                        if HIGH {
+                            let kl = (wb.add(pa + 8 * j + 4 * h) as *const u32).read_unaligned();
+                            let kh =
+                                (wb.add(pa + 32 + 8 * j + 4 * h) as *const u32).read_unaligned();
+                            lo = _mm256_add_epi8(lo, fifth_bits(kl));
+                            hi = _mm256_add_epi8(hi, fifth_bits(kh));
+                        }
+                        let pl = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, xl), ones);
+                        let ph = _mm256_madd_epi16(_mm256_maddubs_epi16(hi, xh), ones);
+                        *a = _mm256_add_epi32(_mm256_add_epi32(*a, pl), ph);
+                    }
+                }
+                let da = _mm256_broadcastss_ps(ds);
+                for (h, fh) in f.iter_mut().enumerate() {
+                    let d = _mm256_cvtph_ps(_mm_loadu_si128(wb.add(16 * h) as *const __m128i));
+                    *fh = _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc[h]), _mm256_mul_ps(d, da), *fh);
+                    if MIN {
+                        let mn = _mm256_cvtph_ps(_mm_loadu_si128(
+                            wb.add(M_AT + 16 * h) as *const __m128i
+                        ));
+                        let sa = _mm256_broadcastss_ps(_mm_movehdup_ps(ds));
+                        *fh = _mm256_fmadd_ps(mn, sa, *fh);
+                    }
+                }
+            }
+        }
+        for (h, fh) in f.iter().enumerate() {
+            let rows = valid.saturating_sub(8 * h).min(8) as i32;
+            if rows == 0 {
+                break;
+            }
+            let mask = _mm256_cmpgt_epi32(
+                _mm256_set1_epi32(rows),
+                _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7),
+            );
+            // SAFETY: the `valid` columns of the token's output row are this thread's (caller).
+            unsafe { _mm256_maskstore_ps(out.add(8 * h), mask, *fh) };
         }
     }
 }

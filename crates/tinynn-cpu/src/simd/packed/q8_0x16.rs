@@ -117,6 +117,54 @@ mod avx2 {
     ) {
         let super::super::GroupIn { w, nb, pf } = group;
         let (bias, ones) = (_mm256_set1_epi8(-128), _mm256_set1_epi16(1));
+        let store = |h: usize, t: usize, v: __m256| {
+            let rows = valid.saturating_sub(8 * h).min(8) as i32;
+            let mask = _mm256_cmpgt_epi32(
+                _mm256_set1_epi32(rows),
+                _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7),
+            );
+            // SAFETY: the `valid` columns of token t's output row are this thread's (caller).
+            unsafe { _mm256_maskstore_ps(out.add(t * out_stride + 8 * h), mask, v) };
+        };
+        if T == 1 {
+            // Decode: both halves per block, so each weight line is read once.
+            let mut f = [_mm256_setzero_ps(); 2];
+            for b in 0..nb {
+                // SAFETY: block b of the group and of the token's row is in bounds (caller).
+                unsafe {
+                    let wb = w.add(b * 544);
+                    if pf != 0 {
+                        crate::simd::prefetch(wb.wrapping_add(pf), 544);
+                    }
+                    let xb = x.add(b * 36);
+                    let ds = _mm_cvtph_ps(_mm_cvtsi32_si128((xb as *const i32).read_unaligned()));
+                    let da = _mm256_broadcastss_ps(ds);
+                    let mut acc = [_mm256_setzero_si256(); 2];
+                    for j in 0..8 {
+                        let xj =
+                            _mm256_set1_epi32((xb.add(4 + 4 * j) as *const i32).read_unaligned());
+                        for (h, a) in acc.iter_mut().enumerate() {
+                            let raw =
+                                _mm256_loadu_si256(wb.add(32 + 64 * j + 32 * h) as *const __m256i);
+                            let q = _mm256_xor_si256(raw, bias);
+                            let p =
+                                _mm256_maddubs_epi16(_mm256_abs_epi8(q), _mm256_sign_epi8(xj, q));
+                            *a = _mm256_add_epi32(*a, _mm256_madd_epi16(p, ones));
+                        }
+                    }
+                    for (h, fh) in f.iter_mut().enumerate() {
+                        let d = _mm256_cvtph_ps(_mm_loadu_si128(wb.add(16 * h) as *const __m128i));
+                        *fh =
+                            _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc[h]), _mm256_mul_ps(d, da), *fh);
+                    }
+                }
+            }
+            store(0, 0, f[0]);
+            if valid > 8 {
+                store(1, 0, f[1]);
+            }
+            return;
+        }
         for h in 0..2 {
             let rows = valid.saturating_sub(8 * h).min(8);
             if rows == 0 {

@@ -124,8 +124,8 @@ mod avx512 {
     }
 }
 
-/// The AVX2 twin of [`tile`]: 8 rows a ymm. Up to 4 tokens, half after half with the AVX-512
-/// tile's accumulator sets; 5 or 6 tokens (one set, as the AVX-512 tile from 5 on), both
+/// The AVX2 twin of [`tile`]: 8 rows a ymm. One token (decode): both halves per pass; 2 to 4
+/// tokens, half after half; both with the AVX-512 tile's accumulator sets; 5 or 6 tokens (one set, as the AVX-512 tile from 5 on), both
 /// halves in one pass so each broadcast activation feeds two FMAs (12 accumulators). Each lane
 /// sums its products in the AVX-512 tile's order, so both give the same bits.
 #[cfg(target_arch = "x86_64")]
@@ -191,6 +191,32 @@ mod avx2 {
             for (t, ft) in f.iter().enumerate() {
                 store(0, t, ft[0]);
                 store(1, t, ft[1]);
+            }
+            return;
+        }
+        if T == 1 {
+            // Decode: both halves per pass (each weight line read once), 4 sets of
+            // accumulators as the AVX-512 tile keeps them: 8 registers.
+            let mut f = [[_mm256_setzero_ps(); 2]; 4];
+            let mut e = 0;
+            while e < nb * 32 {
+                if pf != 0 {
+                    crate::simd::prefetch(w.wrapping_add(step * e + pf), step * 4);
+                }
+                for (s, fs) in f.iter_mut().enumerate() {
+                    // SAFETY: element e + s of the token's row (caller).
+                    let xv = _mm256_set1_ps(unsafe { x.add(e + s).read_unaligned() });
+                    fs[0] = _mm256_fmadd_ps(load(e + s, 0), xv, fs[0]);
+                    fs[1] = _mm256_fmadd_ps(load(e + s, 1), xv, fs[1]);
+                }
+                e += 4;
+            }
+            for h in 0..2 {
+                let sum = _mm256_add_ps(
+                    _mm256_add_ps(_mm256_add_ps(f[0][h], f[1][h]), f[2][h]),
+                    f[3][h],
+                );
+                store(h, 0, sum);
             }
             return;
         }
