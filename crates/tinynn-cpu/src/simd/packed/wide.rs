@@ -166,6 +166,10 @@ mod avx2 {
         };
         let store = |h: usize, t: usize, v: __m256| {
             let rows = valid.saturating_sub(8 * h).min(8);
+            if rows == 0 {
+                // No column of this half exists (its address may lie past the output).
+                return;
+            }
             let mask = _mm256_cmpgt_epi32(
                 _mm256_set1_epi32(rows as i32),
                 _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7),
@@ -211,13 +215,15 @@ mod avx2 {
                 }
                 e += 4;
             }
-            for h in 0..2 {
-                let sum = _mm256_add_ps(
+            // The sets summed in order, as the AVX-512 tile's store does.
+            let sum = |h: usize| {
+                _mm256_add_ps(
                     _mm256_add_ps(_mm256_add_ps(f[0][h], f[1][h]), f[2][h]),
                     f[3][h],
-                );
-                store(h, 0, sum);
-            }
+                )
+            };
+            store(0, 0, sum(0));
+            store(1, 0, sum(1));
             return;
         }
         let sets = if T <= 2 { 4 } else { 2 };
