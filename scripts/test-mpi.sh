@@ -17,7 +17,9 @@ cd "$(dirname "$0")/.."
 need=()
 command -v mpirun >/dev/null || need+=(openmpi-bin)
 command -v mpicc >/dev/null || need+=(libopenmpi-dev)
-ls /usr/lib/llvm-*/lib/libclang*.so* >/dev/null 2>&1 || need+=(libclang-dev)
+# libclang itself (libclang.so / libclang-N.so), not libclang-cpp, which LLVM's packages bring.
+compgen -G "/usr/lib/llvm-*/lib/libclang.so*" >/dev/null ||
+  compgen -G "/usr/lib/*-linux-gnu/libclang-[0-9]*.so*" >/dev/null || need+=(libclang-dev)
 if ((${#need[@]})); then
     echo "installing ${need[*]} (Debian packages)"
     sudo=""
