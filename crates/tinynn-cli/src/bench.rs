@@ -99,6 +99,8 @@ struct Row {
     size_bytes: u64,
     params: u64,
     backend: &'static str,
+    /// The instruction-set level the kernels ran at (`TINYNN_ISA` caps it).
+    isa: &'static str,
     threads: usize,
     test: String,
     n_tokens: usize,
@@ -221,6 +223,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
                 size_bytes: size,
                 params,
                 backend: "CPU",
+                isa: tinynn_cpu::simd::Isa::detected().name(),
                 threads: if exec.strict { 1 } else { exec.threads },
                 test: r.test,
                 n_tokens: r.n_tokens,
@@ -284,6 +287,9 @@ fn markdown(rows: &[Row], mem: Option<(u64, u64, u64)>, probes: &[(usize, f64, f
             r.avg_ts,
             r.stddev_ts
         ));
+    }
+    if let Some(r) = rows.first() {
+        s.push_str(&format!("\ninstruction set: {}\n", r.isa));
     }
     let gbs = |b: f64| b / 1e9;
     for &(threads, before, after) in probes {

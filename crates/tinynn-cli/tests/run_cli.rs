@@ -310,7 +310,12 @@ fn bench_reports_pp_and_tg() {
         out.stdout
     );
     assert!(
-        out.stdout.contains("| tg8 |") && out.stdout.contains("peak RSS:"),
+        out.stdout.contains("| tg8 |")
+            && out.stdout.contains("peak RSS:")
+            && out.stdout.contains(&format!(
+                "instruction set: {}\n",
+                tinynn_cpu::simd::Isa::detected().name()
+            )),
         "{}",
         out.stdout
     );
@@ -605,6 +610,7 @@ fn bench_thread_lists_batches_and_llama_bench_keys() {
         assert_eq!(r["model_type"], "llama 135M Q4_1");
         assert_eq!(r["model_n_params"], 134515008u64);
         assert_eq!(r["backends"], "CPU");
+        assert_eq!(r["isa"], tinynn_cpu::simd::Isa::detected().name());
         let tokens = r["n_prompt"].as_f64().unwrap() + r["n_gen"].as_f64().unwrap();
         // Each sample's time and rate describe the same run; the averages are the samples'
         // means (as llama-bench's: the mean rate is not the rate of the mean time).

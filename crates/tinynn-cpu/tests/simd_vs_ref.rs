@@ -68,14 +68,27 @@ fn simd_kernels_match_the_reference() {
     }
     if required_by_test("AVX-512 VNNI", Isa::available().contains(&Isa::Avx512Vnni)) {
         for must in [
-            "Q4_K/avx512-vnni",
-            "Q6_K/avx512-vnni",
-            "Q5_K/avx512-vnni",
-            "Q3_K/avx512-vnni",
-            "Q2_K/avx512-vnni",
+            "Q4_0/avx512vnni",
+            "Q4_1/avx512vnni",
+            "Q8_0/avx512vnni",
+            "Q5_0/avx512vnni",
+            "Q5_1/avx512vnni",
+            "F32/avx512vnni",
+            "F16/avx512vnni",
+            "Q4_K/avx512vnni",
+            "Q6_K/avx512vnni",
+            "Q5_K/avx512vnni",
+            "Q3_K/avx512vnni",
+            "Q2_K/avx512vnni",
         ] {
             assert!(tested.iter().any(|t| t == must), "{must} missing");
         }
+    }
+    if required_by_test("AVX-512 BF16", Isa::available().contains(&Isa::Avx512Bf16)) {
+        assert!(
+            tested.iter().any(|t| t == "BF16/avx512bf16"),
+            "BF16/avx512bf16 missing"
+        );
     }
 }
 

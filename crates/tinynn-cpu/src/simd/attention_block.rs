@@ -26,7 +26,7 @@ pub(crate) fn available() -> bool {
 
 /// Whether the tiles run as AVX-512 ([`Wide`]) rather than AVX2 ([`Pair`]).
 pub(crate) fn wide() -> bool {
-    super::Isa::detected() >= super::Isa::Avx512Vnni
+    super::Isa::detected() >= super::Isa::Avx512F
 }
 
 /// Everything a tile reads and writes besides its lanes.

@@ -49,7 +49,7 @@ pub(crate) unsafe fn visible_rows(
     };
     let mut j = 0;
     #[cfg(target_arch = "x86_64")]
-    if step == 1 && Isa::detected() >= Isa::Avx512Vnni {
+    if step == 1 && Isa::detected() >= Isa::Avx512F {
         // SAFETY: AVX-512F present (checked); the mask row is contiguous here.
         j = unsafe { visible_rows_avx512(row, n, out) };
     }
@@ -115,7 +115,7 @@ pub(crate) unsafe fn attend_rows(
     {
         let n = st.max.len();
         let (d, dv) = (st.q.len() / n, st.acc.len() / n);
-        if Isa::detected() >= Isa::Avx512Vnni
+        if Isa::detected() >= Isa::Avx512F
             && d % 16 == 0
             && dv % 16 == 0
             && d <= 512
@@ -378,7 +378,7 @@ mod tests {
     /// head counts, sizes, masks (skipped and biased rows), softcap and row strides.
     #[test]
     fn fast_path_equals_generic_bit_for_bit() {
-        let fast = crate::simd::Isa::detected() >= crate::simd::Isa::Avx512Vnni;
+        let fast = crate::simd::Isa::detected() >= crate::simd::Isa::Avx512F;
         if !crate::simd::required_by_test("the AVX-512 decode attention", fast) {
             return;
         }

@@ -2,7 +2,8 @@
 //! in one instruction).
 //!
 //! Safety contract of this file: reached only through [`dot_fn`], which `super::dot_fn_for`
-//! calls only after detecting AVX-512 F/BW/VL/VNNI (and AVX2/FMA/F16C); rows are whole blocks
+//! calls only at `Isa::Avx512Vnni` (AVX-512 F/BW/VL/DQ/VNNI, and AVX2/FMA/F16C) or above
+//! ([`bf16_dot_fn`] at `Isa::Avx512Bf16`); rows are whole blocks
 //! and `y` has as many elements as `x`.
 
 use std::arch::x86_64::*;
@@ -28,10 +29,16 @@ pub(super) fn dot_fn(ty: GgmlType) -> Option<DotFn> {
         GgmlType::Q5K => Some(|x, y| unsafe { avx512_kquants::q5_k_q8_k(x, y) }),
         GgmlType::Q3K => Some(|x, y| unsafe { avx512_kquants::q3_k_q8_k(x, y) }),
         GgmlType::Q2K => Some(|x, y| unsafe { avx512_kquants::q2_k_q8_k(x, y) }),
-        // SAFETY (closure): only handed out when the CPU also has AVX-512 BF16.
-        GgmlType::Bf16 if is_x86_feature_detected!("avx512bf16") => {
-            Some(|x, y| unsafe { bf16_bf16(x, y) })
-        }
+        _ => None,
+    }
+}
+
+/// The kernels that need AVX-512 BF16 too (handed out at `Isa::Avx512Bf16`, which the caller
+/// checked this CPU runs); the other formats' are [`dot_fn`]'s.
+pub(super) fn bf16_dot_fn(ty: GgmlType) -> Option<DotFn> {
+    match ty {
+        // SAFETY (closure): only handed out at Isa::Avx512Bf16 (AVX-512 F/BW/VL/VNNI + BF16).
+        GgmlType::Bf16 => Some(|x, y| unsafe { bf16_bf16(x, y) }),
         _ => None,
     }
 }

@@ -8,11 +8,9 @@ use tinynn_core::ops::{dropout_bits, dropout_threshold, DROPOUT_INDEX_MUL, DROPO
 pub fn dropout_run(x: &[f32], out: &mut [f32], seed: u64, salt: u32, first: u64, p: f32) {
     assert_eq!(x.len(), out.len());
     #[cfg(target_arch = "x86_64")]
-    if super::Isa::detected() >= super::Isa::Avx512Vnni
-        && is_x86_feature_detected!("avx512dq")
-        && is_x86_feature_detected!("avx512vl")
-    {
-        // SAFETY: AVX-512 F, DQ and VL are present (checked above); the slices have equal lengths.
+    if super::Isa::detected() >= super::Isa::Avx512F {
+        // SAFETY: AVX-512 F, DQ and VL are present (the Avx512F level); the slices have equal
+        // lengths.
         unsafe { dropout_avx512(x, out, seed, salt, first, p) };
         return;
     }

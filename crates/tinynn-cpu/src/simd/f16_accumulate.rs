@@ -22,7 +22,7 @@ fn round16(x: f32) -> f32 {
 pub fn mad_f16_rounded(acc: &mut [f32], v: &[u8], s: f32) {
     assert!(v.len() >= 2 * acc.len(), "v holds fewer values than acc");
     #[cfg(target_arch = "x86_64")]
-    if Isa::detected() >= Isa::Avx512Vnni {
+    if Isa::detected() >= Isa::Avx512F {
         // SAFETY: AVX-512F/F16C/FMA are present (checked above); lengths checked above. The
         // same per-element arithmetic as the AVX2 loop (one FMA, then rounded to f16).
         let done = unsafe { mad_avx512(acc, v, s) };

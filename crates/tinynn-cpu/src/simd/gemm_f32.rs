@@ -65,18 +65,12 @@ pub(crate) fn available() -> bool {
 
 /// Whether the AVX-512 tile runs (else the AVX2 one).
 fn wide() -> bool {
-    super::Isa::detected() >= super::Isa::Avx512Vnni
+    super::Isa::detected() >= super::Isa::Avx512F
 }
 
-/// Whether this CPU runs the bf16 variant (AVX-512 BF16).
+/// Whether this CPU runs the bf16 variant (AVX-512 BF16, not capped by `TINYNN_ISA`).
 pub fn bf16_available() -> bool {
-    #[cfg(target_arch = "x86_64")]
-    {
-        static BF16: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-        wide() && *BF16.get_or_init(|| is_x86_feature_detected!("avx512bf16"))
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    false
+    super::Isa::detected() >= super::Isa::Avx512Bf16
 }
 
 /// `x` rounded to bf16, to nearest with ties to even (NaNs stay NaN): what `vcvtneps2bf16`

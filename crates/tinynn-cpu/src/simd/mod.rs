@@ -1,7 +1,7 @@
 //! Dot products of a weight row with an activation row, per weight format and instruction set.
 //!
 //! The instruction set is detected once ([`Isa::detected`], overridable with
-//! `TINYNN_ISA=scalar|avx2|avx512`), and [`dot_fn`] hands out the best kernel for a format.
+//! `TINYNN_ISA=scalar|avx2|avx512f|avx512vnni|avx512bf16`), and [`dot_fn`] hands out the best kernel for a format.
 //! Every SIMD kernel has the scalar reference (`tinynn_core::quant::vec_dot`) as its oracle in
 //! tests; formats without a SIMD kernel use that reference.
 
@@ -42,19 +42,37 @@ use tinynn_format::GgmlType;
 /// guarantees `y` holds as many elements as `x`, in the dot type's layout.
 pub type DotFn = fn(x: &[u8], y: &[u8]) -> f32;
 
-/// Instruction sets with kernels, best last.
+/// Instruction-set levels, best last; each level holds every feature of the ones below it.
+/// What a level gates:
+/// - `Avx2` (AVX2 + FMA + F16C): every fast path has a kernel here.
+/// - `Avx512F` (AVX-512 F/BW/VL/DQ): the float kernels at 512 bits: the f32 GEMM, blocked
+///   attention and its backward, the vector `exp`, the activation quantizers, f16 rows,
+///   dropout, AdamW.
+/// - `Avx512Vnni` (+ VNNI): the integer dot products at 512 bits: the packed tiles and the
+///   row dots of the quantized formats (without VNNI they run their AVX2 twins).
+/// - `Avx512Bf16` (+ BF16): the bf16 GEMM (`--bf16` training) and BF16 weights.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Isa {
     Scalar,
-    /// AVX2 + FMA + F16C.
     Avx2,
-    /// AVX-512 F/BW/VL + VNNI (256-bit forms).
+    Avx512F,
     Avx512Vnni,
+    Avx512Bf16,
 }
 
 impl Isa {
+    /// Every level, lowest first.
+    pub const ALL: [Isa; 5] = [
+        Isa::Scalar,
+        Isa::Avx2,
+        Isa::Avx512F,
+        Isa::Avx512Vnni,
+        Isa::Avx512Bf16,
+    ];
+
     /// The best instruction set this CPU has, or the one `TINYNN_ISA` asks for (never more
-    /// than the CPU has).
+    /// than the CPU has). `TINYNN_ISA` takes a level's [`name`](Isa::name), or `native`; any
+    /// other value is reported on stderr and ignored.
     pub fn detected() -> Isa {
         static ISA: OnceLock<Isa> = OnceLock::new();
         *ISA.get_or_init(|| {
@@ -63,12 +81,31 @@ impl Isa {
                 .copied()
                 .max()
                 .unwrap_or(Isa::Scalar);
-            match std::env::var("TINYNN_ISA").as_deref() {
-                Ok("scalar") => Isa::Scalar,
-                Ok("avx2") => best.min(Isa::Avx2),
-                _ => best,
+            match std::env::var("TINYNN_ISA") {
+                Ok(want) => match Isa::parse_cap(&want) {
+                    Some(cap) => best.min(cap),
+                    None => {
+                        eprintln!(
+                            "tinynn: TINYNN_ISA={want:?} is not a level (scalar, avx2, avx512f, \
+                             avx512vnni, avx512bf16, native); using {}",
+                            best.name()
+                        );
+                        best
+                    }
+                },
+                Err(_) => best,
             }
         })
+    }
+
+    /// The cap `TINYNN_ISA=value` asks for (`native` or empty: no cap); `None` for an unknown
+    /// value.
+    pub fn parse_cap(value: &str) -> Option<Isa> {
+        let v = value.trim().to_ascii_lowercase();
+        if v.is_empty() || v == "native" {
+            return Some(Isa::Avx512Bf16);
+        }
+        Isa::ALL.into_iter().find(|isa| isa.name() == v)
     }
 
     /// Every instruction set this CPU can run (detected once).
@@ -84,15 +121,22 @@ impl Isa {
             let avx2 = is_x86_feature_detected!("avx2")
                 && is_x86_feature_detected!("fma")
                 && is_x86_feature_detected!("f16c");
-            if avx2 {
-                out.push(Isa::Avx2);
-                let vnni = is_x86_feature_detected!("avx512f")
-                    && is_x86_feature_detected!("avx512bw")
-                    && is_x86_feature_detected!("avx512vl")
-                    && is_x86_feature_detected!("avx512vnni");
-                // The kernels use AVX2/F16C helpers too; those were checked above.
-                if vnni {
-                    out.push(Isa::Avx512Vnni);
+            // Each level needs the ones below (the 512-bit kernels use AVX2/F16C helpers too).
+            let f = avx2
+                && is_x86_feature_detected!("avx512f")
+                && is_x86_feature_detected!("avx512bw")
+                && is_x86_feature_detected!("avx512vl")
+                && is_x86_feature_detected!("avx512dq");
+            let vnni = f && is_x86_feature_detected!("avx512vnni");
+            let bf16 = vnni && is_x86_feature_detected!("avx512bf16");
+            for (present, isa) in [
+                (avx2, Isa::Avx2),
+                (f, Isa::Avx512F),
+                (vnni, Isa::Avx512Vnni),
+                (bf16, Isa::Avx512Bf16),
+            ] {
+                if present {
+                    out.push(isa);
                 }
             }
         }
@@ -103,7 +147,9 @@ impl Isa {
         match self {
             Isa::Scalar => "scalar",
             Isa::Avx2 => "avx2",
-            Isa::Avx512Vnni => "avx512-vnni",
+            Isa::Avx512F => "avx512f",
+            Isa::Avx512Vnni => "avx512vnni",
+            Isa::Avx512Bf16 => "avx512bf16",
         }
     }
 }
@@ -123,7 +169,9 @@ pub fn required_by_test(what: &str, present: bool) -> bool {
             false
         }
         Err(_) => panic!(
-            "{what} cannot run here (the CPU lacks it), so its test would pass without              testing anything; set TINYNN_ISA=avx2 or TINYNN_ISA=scalar to test a lower level              on purpose"
+            "{what} cannot run here (the CPU lacks it), so its test would pass without \
+             testing anything; set TINYNN_ISA (scalar, avx2, avx512f, avx512vnni) to test a \
+             lower level on purpose"
         ),
     }
 }
@@ -155,18 +203,26 @@ pub fn dot_fn_for(ty: GgmlType, isa: Isa) -> Option<DotFn> {
         Isa::Avx2 => avx2::dot_fn(ty),
         #[cfg(target_arch = "x86_64")]
         Isa::Avx512Vnni => avx512::dot_fn(ty),
-        #[cfg(not(target_arch = "x86_64"))]
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx512Bf16 => avx512::bf16_dot_fn(ty),
         _ => None,
     }
 }
 
+/// The level whose kernel [`dot_fn`] hands out for `ty`: the best one, at or below
+/// [`Isa::detected`], with a kernel for the format.
+fn dot_level(ty: GgmlType) -> Option<Isa> {
+    let isa = Isa::detected();
+    Isa::ALL
+        .into_iter()
+        .rev()
+        .filter(|&i| i <= isa)
+        .find(|&i| dot_fn_for(ty, i).is_some())
+}
+
 /// The best kernel for `ty` on this CPU (falling back level by level to the reference).
 pub fn dot_fn(ty: GgmlType) -> Option<DotFn> {
-    let isa = Isa::detected();
-    [Isa::Avx512Vnni, Isa::Avx2, Isa::Scalar]
-        .into_iter()
-        .filter(|&i| i <= isa)
-        .find_map(|i| dot_fn_for(ty, i))
+    dot_level(ty).and_then(|isa| dot_fn_for(ty, isa))
 }
 
 /// `x` (one weight row, whole blocks) · four activation rows: result `r` is, bit for bit, what
@@ -176,12 +232,7 @@ pub type Dot4Fn = fn(x: &[u8], y: [&[u8]; 4]) -> [f32; 4];
 /// A four-row kernel for `ty`, where this CPU's one-row kernel for it has a four-row twin
 /// (AVX2's Q4_0, Q4_1 and Q8_0, when they are the best this CPU runs for the format).
 pub fn dot4_fn(ty: GgmlType) -> Option<Dot4Fn> {
-    let isa = Isa::detected();
-    #[cfg(target_arch = "x86_64")]
-    let avx2_is_best = isa == Isa::Avx2 || (isa > Isa::Avx2 && avx512::dot_fn(ty).is_none());
-    #[cfg(not(target_arch = "x86_64"))]
-    let avx2_is_best = false;
-    if isa >= Isa::Avx2 && avx2_is_best {
+    if dot_level(ty) == Some(Isa::Avx2) {
         return dot4_fn_for(ty, Isa::Avx2);
     }
     None
@@ -215,4 +266,61 @@ pub(crate) fn prefetch(p: *const u8, bytes: usize) {
     }
     #[cfg(not(target_arch = "x86_64"))]
     let _ = (p, bytes);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn isa_caps_parse_by_name_and_unknown_values_are_refused() {
+        for isa in Isa::ALL {
+            assert_eq!(Isa::parse_cap(isa.name()), Some(isa));
+            assert_eq!(Isa::parse_cap(&isa.name().to_uppercase()), Some(isa));
+        }
+        assert_eq!(Isa::parse_cap("native"), Some(Isa::Avx512Bf16));
+        assert_eq!(Isa::parse_cap(""), Some(Isa::Avx512Bf16));
+        for bad in ["avx512", "avx-512", "sse4", "avx512-vnni", "2"] {
+            assert_eq!(Isa::parse_cap(bad), None, "{bad}");
+        }
+    }
+
+    /// Levels are cumulative: a CPU at a level runs every level below it, and the detected
+    /// level is one it runs.
+    #[test]
+    fn available_levels_are_a_prefix_of_all() {
+        let avail = Isa::available();
+        assert_eq!(avail, &Isa::ALL[..avail.len()]);
+        assert!(avail.contains(&Isa::detected()));
+        // What each gate reports follows the level.
+        assert_eq!(bf16_available(), Isa::detected() >= Isa::Avx512Bf16);
+        assert_eq!(vexp::available(), Isa::detected() >= Isa::Avx512F);
+    }
+
+    /// The row kernel handed out is the one of the best level at or below the detected one that
+    /// has a kernel for the format; BF16 weights take the BF16 level's only where it runs.
+    #[test]
+    fn dot_fn_comes_from_the_best_level_with_a_kernel() {
+        for ty in [
+            GgmlType::Q4_1,
+            GgmlType::Q8_0,
+            GgmlType::F16,
+            GgmlType::Bf16,
+        ] {
+            let level = dot_level(ty).unwrap();
+            assert!(level <= Isa::detected());
+            assert!(Isa::ALL
+                .iter()
+                .filter(|&&i| i > level && i <= Isa::detected())
+                .all(|&i| dot_fn_for(ty, i).is_none()));
+        }
+        if Isa::detected() == Isa::Avx512F {
+            // No VNNI: the quantized formats' row dots are AVX2's.
+            assert_eq!(dot_level(GgmlType::Q4_1), Some(Isa::Avx2));
+        }
+        assert_eq!(
+            dot_level(GgmlType::Bf16) == Some(Isa::Avx512Bf16),
+            Isa::detected() == Isa::Avx512Bf16
+        );
+    }
 }

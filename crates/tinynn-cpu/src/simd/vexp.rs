@@ -143,7 +143,7 @@ pub(crate) unsafe fn exp8_avx2(x: __m256) -> __m256 {
 
 /// Whether [`exp16`] can run here.
 pub(crate) fn available() -> bool {
-    super::Isa::detected() >= super::Isa::Avx512Vnni
+    super::Isa::detected() >= super::Isa::Avx512F
 }
 
 /// Whether `exp8_avx2` can run here (and the row kernels take their AVX2 paths).
@@ -671,7 +671,7 @@ mod tests {
                 }
             }
         }
-        if required_by_test("AVX-512 F", Isa::available().contains(&Isa::Avx512Vnni)) {
+        if required_by_test("AVX-512 F", Isa::available().contains(&Isa::Avx512F)) {
             for (c, w) in xs.chunks_exact(16).zip(want.chunks_exact(16)) {
                 let mut got = [0f32; 16];
                 // SAFETY: AVX-512F present; 16 values.
@@ -712,7 +712,7 @@ mod tests {
             let want: Vec<f32> = g.iter().zip(&u).map(|(&a, &b)| one(a, b)).collect();
             for (w, present) in [
                 (8, Isa::available().contains(&Isa::Avx2)),
-                (16, Isa::available().contains(&Isa::Avx512Vnni)),
+                (16, Isa::available().contains(&Isa::Avx512F)),
             ] {
                 if !required_by_test(&format!("{name} with {w} lanes"), present) {
                     continue;

@@ -28,10 +28,7 @@ pub(super) fn dot_ref(w: &[u8], nb: usize, r: usize, x: &[u8]) -> f32 {
 
 /// Whether this machine has `vdpbf16ps`.
 pub(super) fn available() -> bool {
-    #[cfg(target_arch = "x86_64")]
-    return is_x86_feature_detected!("avx512bf16");
-    #[cfg(not(target_arch = "x86_64"))]
-    false
+    crate::simd::Isa::detected() >= crate::simd::Isa::Avx512Bf16
 }
 
 #[cfg(target_arch = "x86_64")]
