@@ -270,6 +270,7 @@ impl Job<'_> {
                 bf16_matmul: self.bf16_matmul,
                 claims: &self.claims[i % 2],
                 claimable: true,
+                kv_splits: self.span_threads,
             };
             kernels::compute(&args, ctx);
             if let (Some((spans, t0)), Some(start)) = (self.trace, started) {

@@ -42,6 +42,20 @@ pub fn work_bytes(graph: &Graph, node: TensorId) -> usize {
                 4 * w.ne[0] * (w.ne[1].min(MUL_MAT_T_PANEL_ROWS) + d.ne[1])
             }
         }
+        // Query rows on the one-row path over an F16 cache that can reach the split view: a
+        // partial per row, head and chunk (kernels::attention's split by kv rows).
+        Op::FlashAttn { .. } => {
+            let (q, k, v) = (
+                graph.layout(n.src[0]),
+                graph.layout(n.src[1]),
+                graph.layout(n.src[2]),
+            );
+            if k.dtype == GgmlType::F16 && v.dtype == GgmlType::F16 {
+                crate::kernels::attention::split_work_bytes(q.ne[1], q.ne[2], v.ne[0], k.ne[1])
+            } else {
+                0
+            }
+        }
         // Per-thread partial sums (loss, count) for up to 64 threads.
         Op::CrossEntropyLoss => 64 * 16,
         // Log-sum-exp and Σ dO·O per (head, query), f64.

@@ -9,6 +9,11 @@ use crate::simd::attention_block::{self, TileIo, TileScratch, LANES};
 use crate::simd::attention_f16::{self, HeadsState, KvRows};
 use crate::simd::quantize_q8::round_to_f16;
 
+#[path = "attention_split.rs"]
+mod split;
+pub(crate) use split::split_work_bytes;
+use split::{attend_split_kv, split_kv};
+
 /// Query rows from which a batch uses the blocked f32 attention (llama.cpp's CPU backend
 /// switches to its tiled f32 path at the same size); smaller batches and decode keep ggml's
 /// one-row f16 arithmetic, which greedy parity with llama.cpp depends on.
@@ -154,6 +159,10 @@ fn attend_f16_cache(
     HEADS.with_borrow_mut(|sc| {
         // The mask's contents change between runs: visible rows are kept within this call.
         sc.rows_of = None;
+        if split_kv(&call, a) {
+            attend_split_kv(&call, a, ctx, sc);
+            return;
+        }
         let units = q.layout.ne[1] * n_head_kv;
         if a.claimable && units >= 4 * ctx.nth {
             // Whole (query row, kv head) units to whichever thread is free: a thread that a
@@ -165,7 +174,7 @@ fn attend_f16_cache(
                     let mut h = hk * group;
                     while h < (hk + 1) * group {
                         let end = (h + MAX_GROUP).min((hk + 1) * group);
-                        attend_heads_f16(&call, (i, h..end), a, sc);
+                        attend_heads_f16(&call, (i, h..end), ALL, HeadsOut::Rows, a, sc);
                         h = end;
                     }
                 }
@@ -179,11 +188,15 @@ fn attend_f16_cache(
             let (i, h) = (job / n_head, job % n_head);
             let group_end = i * n_head + (h / group + 1) * group;
             let end = jobs.end.min(group_end).min(job + MAX_GROUP);
-            attend_heads_f16(&call, (i, h..h + (end - job)), a, sc);
+            let heads = h..h + (end - job);
+            attend_heads_f16(&call, (i, heads), ALL, HeadsOut::Rows, a, sc);
             job = end;
         }
     });
 }
+
+/// Every visible row (for [`attend_heads_f16`]).
+const ALL: std::ops::Range<usize> = 0..usize::MAX;
 
 /// Query heads handled in one pass over the kv rows (their K and V rows are read once).
 const MAX_GROUP: usize = 8;
@@ -219,11 +232,39 @@ thread_local! {
     static HEADS: std::cell::RefCell<HeadScratch> = std::cell::RefCell::new(HeadScratch::default());
 }
 
+/// Where [`attend_heads_f16`] puts its results.
+#[derive(Clone, Copy)]
+enum HeadsOut {
+    /// Each head's normalized output row.
+    Rows,
+    /// Each head's partial state over its kv rows, `[max, sum, values (dv)]` f32s, head `h`'s
+    /// at `base + h·stride` ([`attend_split_kv`]).
+    Partials { base: *mut f32, stride: usize },
+}
+
+/// Lists in `sc.rows` the kv rows query row `i` sees (kept while the same row comes again).
+fn visible_rows_of(call: &AttendCall<'_>, i: usize, sc: &mut HeadScratch) {
+    if sc.rows_of != Some(i) {
+        sc.rows.clear();
+        // Mask row i: element j is `step` f32s after element j − 1 (F32, builder-checked).
+        let mask_row = call
+            .mask
+            .map(|m| (m.row_f32_ptr(i, 0, 0) as *const f32, m.layout.nb[0] / 4));
+        // SAFETY: the mask is F32 [n_kv, ≥ n_q] (builder-checked), so (j, i) is inside it for
+        // every j < n_kv.
+        unsafe { attention_f16::visible_rows(mask_row, call.n_kv, &mut sc.rows) };
+        sc.rows_of = Some(i);
+    }
+}
+
 /// [`attend_f16_cache`] for query row `i` and `heads` (at most [`MAX_GROUP`], all of one kv
-/// head): one pass over the kv rows, each head's arithmetic exactly as if alone.
+/// head) over the row's visible kv rows numbered `visible` (in order; `0..usize::MAX`: all):
+/// one pass over them, each head's arithmetic exactly as if alone.
 fn attend_heads_f16(
     call: &AttendCall<'_>,
     (i, heads): (usize, std::ops::Range<usize>),
+    visible: std::ops::Range<usize>,
+    out: HeadsOut,
     a: &StepArgs<'_>,
     sc: &mut HeadScratch,
 ) {
@@ -247,23 +288,18 @@ fn attend_heads_f16(
     round_to_f16(&sc.x, &mut sc.q, &mut sc.q16);
     sc.acc.clear();
     sc.acc.resize(n * dv, 0.0);
-    if sc.rows_of != Some(i) {
-        sc.rows.clear();
-        // Mask row i: element j is `step` f32s after element j − 1 (F32, builder-checked).
-        let mask_row = call
-            .mask
-            .map(|m| (m.row_f32_ptr(i, 0, 0) as *const f32, m.layout.nb[0] / 4));
-        // SAFETY: the mask is F32 [n_kv, ≥ n_q] (builder-checked), so (j, i) is inside it for
-        // every j < n_kv.
-        unsafe { attention_f16::visible_rows(mask_row, call.n_kv, &mut sc.rows) };
-        sc.rows_of = Some(i);
-    }
+    visible_rows_of(call, i, sc);
+    // The visible rows numbered `visible` (sc.rows is in row order).
+    let (first, end) = (
+        visible.start.min(sc.rows.len()),
+        visible.end.min(sc.rows.len()),
+    );
     let kv = KvRows {
         k: k.row_ptr(0, hk, 0),
         k_stride: k.layout.nb[1],
         v: v.row_ptr(0, hk, 0),
         v_stride: v.layout.nb[1],
-        rows: &sc.rows,
+        rows: &sc.rows[first..end.max(first)],
         dot: call.dot,
     };
     let (mut max, mut sum) = ([f32::NEG_INFINITY; MAX_GROUP], [0f32; MAX_GROUP]);
@@ -277,6 +313,19 @@ fn attend_heads_f16(
     // SAFETY: rows j < n_kv of kv head hk are inside K ([d, ≥ n_kv, kv heads] F16 with
     // contiguous rows, builder-checked) and V (the same with dv).
     unsafe { attention_f16::attend_rows(&kv, &mut st, call.scale, call.softcap) };
+    if let HeadsOut::Partials { base, stride } = out {
+        for (g, h) in heads.enumerate() {
+            // SAFETY: head h's partial, 2 + dv f32s, is inside the work buffer and this
+            // thread's (attend_split_kv).
+            unsafe {
+                let p = base.add(h * stride);
+                p.write(max[g]);
+                p.add(1).write(sum[g]);
+                std::ptr::copy_nonoverlapping(sc.acc[g * dv..].as_ptr(), p.add(2), dv);
+            }
+        }
+        return;
+    }
     for (g, h) in heads.enumerate() {
         let inv = if sum[g] > 0.0 { 1.0 / sum[g] } else { 0.0 };
         let out = a.dst.row_f32_ptr(h, i, 0);

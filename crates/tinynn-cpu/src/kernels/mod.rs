@@ -11,7 +11,7 @@
 //! A kernel that meets at a barrier itself must return as soon as `ctx.barrier()` answers
 //! `Err(Poisoned)` (another thread panicked): what it would read next was never written.
 
-mod attention;
+pub(crate) mod attention;
 mod attention_back;
 mod conv;
 mod copy;
@@ -205,6 +205,10 @@ pub(crate) struct StepArgs<'a> {
     /// Whether the kernel may use [`StepArgs::claim`]: false when it runs more than once in
     /// the step (per batch, see `per_batch`), where one counter cannot serve every run.
     pub claimable: bool,
+    /// Chunks one query row's attention over a long F16 cache is split into (by kv rows):
+    /// the executor's thread count, however many of its threads run this step, so results do
+    /// not depend on the adaptive thread choice.
+    pub kv_splits: usize,
 }
 
 impl StepArgs<'_> {

@@ -262,6 +262,10 @@ unsafe fn attend_rows_avx512(kv: &KvRows<'_>, st: &mut HeadsState<'_>, scale: f3
                 };
             }
         }
+        // SAFETY: the caller's contract (rows inside V; acc holds n·dv f32s).
+        if unsafe { value_sums_in_registers(kv, chunk, &step, ap, n, dv) } {
+            continue;
+        }
         for (r, &(j, _)) in chunk.iter().enumerate() {
             // SAFETY: row j of V holds dv f16s (caller); acc holds n·dv f32s.
             unsafe {
@@ -283,6 +287,92 @@ unsafe fn attend_rows_avx512(kv: &KvRows<'_>, st: &mut HeadsState<'_>, scale: f3
                     }
                 }
             }
+        }
+    }
+}
+
+/// The value sums of one chunk of rows with every head's sums held in registers across the
+/// chunk (`N` heads of `V` vectors of 16): the same per-lane operations in the same row order
+/// as the loop in [`attend_rows_avx512`], without a load and a store of each sum per row.
+/// Returns false, doing nothing, for shapes it has no instance for.
+///
+/// # Safety
+/// As [`attend_rows_avx512`]; `chunk` rows inside V, `ap` holds `n·dv` f32s.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx2,fma,f16c")]
+unsafe fn value_sums_in_registers(
+    kv: &KvRows<'_>,
+    chunk: &[(usize, f32)],
+    step: &[[(f32, f32); CHUNK_ROWS]; MAX_HEADS],
+    ap: *mut f32,
+    n: usize,
+    dv: usize,
+) -> bool {
+    // SAFETY (each arm): forwarded from the caller; N = n heads of V·16 = dv values.
+    unsafe {
+        match (n, dv) {
+            (1, 64) => value_sums::<1, 4>(kv, chunk, step, ap),
+            (2, 64) => value_sums::<2, 4>(kv, chunk, step, ap),
+            (3, 64) => value_sums::<3, 4>(kv, chunk, step, ap),
+            (4, 64) => value_sums::<4, 4>(kv, chunk, step, ap),
+            (1, 128) => value_sums::<1, 8>(kv, chunk, step, ap),
+            (2, 128) => value_sums::<2, 8>(kv, chunk, step, ap),
+            _ => return false,
+        }
+    }
+    true
+}
+
+/// [`value_sums_in_registers`] for `N` heads of `16·V` values.
+///
+/// # Safety
+/// As [`value_sums_in_registers`], with `n = N`, `dv = 16·V`.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx2,fma,f16c")]
+unsafe fn value_sums<const N: usize, const V: usize>(
+    kv: &KvRows<'_>,
+    chunk: &[(usize, f32)],
+    step: &[[(f32, f32); CHUNK_ROWS]; MAX_HEADS],
+    ap: *mut f32,
+) {
+    let dv = 16 * V;
+    let mut acc = [[_mm512_setzero_ps(); V]; N];
+    for (g, ag) in acc.iter_mut().enumerate() {
+        for (c, a) in ag.iter_mut().enumerate() {
+            // SAFETY: head g's sums are dv f32s at ap + g·dv (caller).
+            *a = unsafe { _mm512_loadu_ps(ap.add(g * dv + 16 * c)) };
+        }
+    }
+    for (r, &(j, _)) in chunk.iter().enumerate() {
+        let mut vc = [_mm512_setzero_ps(); V];
+        for (c, x) in vc.iter_mut().enumerate() {
+            // SAFETY: row j of V holds dv f16s (caller).
+            *x = unsafe {
+                let vrow = kv.v.add(j * kv.v_stride);
+                _mm512_cvtph_ps(_mm256_loadu_si256(vrow.add(32 * c) as *const __m256i))
+            };
+        }
+        for (g, ag) in acc.iter_mut().enumerate() {
+            let (ms, vs) = step[g][r];
+            if vs < 0.0 {
+                continue;
+            }
+            if ms != 1.0 {
+                let m = _mm512_set1_ps(ms);
+                for a in ag.iter_mut() {
+                    *a = round16(_mm512_mul_ps(*a, m));
+                }
+            }
+            let w = _mm512_set1_ps(vs);
+            for (a, &x) in ag.iter_mut().zip(&vc) {
+                *a = round16(_mm512_fmadd_ps(x, w, *a));
+            }
+        }
+    }
+    for (g, ag) in acc.iter().enumerate() {
+        for (c, &a) in ag.iter().enumerate() {
+            // SAFETY: as above.
+            unsafe { _mm512_storeu_ps(ap.add(g * dv + 16 * c), a) };
         }
     }
 }
@@ -386,6 +476,9 @@ mod tests {
         for &(n, d, dv, n_rows) in &[
             (1, 64, 64, 1),
             (3, 64, 64, 37),
+            (2, 64, 64, 100),
+            (4, 64, 64, 70),
+            (1, 128, 128, 40),
             (2, 128, 128, 200),
             (8, 64, 64, 513),
             (4, 256, 256, 50),
