@@ -62,8 +62,9 @@ pub struct ExecOptions {
     /// Watch for threads that do not get a core (another process busy on it): when a run's
     /// threads spend more than a quarter of it asleep waiting for each other, the next runs use
     /// one thread, and all of them are tried again later (after 8 runs, doubling while the
-    /// machine stays busy, up to 512). Results do not depend on the thread count for inference
-    /// kernels; training keeps this off for bit-exact resumes.
+    /// machine stays busy, up to 512). Results do not depend on how many threads run
+    /// (long-context decode attention splits by the configured count, `threads`, whatever
+    /// runs); training keeps this off for bit-exact resumes.
     pub adaptive_threads: bool,
     /// Let model loaders repack weights into the matrix kernels' interleaved layout (see
     /// `tinynn_cpu::packed`); off, products read the file's bytes. Strict mode never uses it.
