@@ -10,6 +10,7 @@ mod common;
 
 use common::{nmse, run, Input, Rng};
 use tinynn_core::graph::Graph;
+use tinynn_core::tensor::TensorId;
 use tinynn_cpu::simd::{dot_fn, f16_accumulate};
 use tinynn_format::GgmlType;
 
@@ -168,87 +169,60 @@ fn first_difference(got: &[f32], want: &[f32]) -> Option<(usize, f32, f32)> {
         .map(|i| (i, got[i], want[i]))
 }
 
+/// The graph of one flash attention over an F16 cache: inputs q `[d, h, n_q]`, K and V
+/// `[d, cap, h_kv]` (F32, copied into the cache), the mask `[cap, n_q]` (used when `masked`)
+/// and the kv length; returns the graph, those five inputs and the output.
+fn attention_graph(
+    (d, h, h_kv, cap): (usize, usize, usize, usize),
+    n_q: usize,
+    masked: bool,
+    scale: f32,
+    softcap: f32,
+) -> (Graph, [TensorId; 5], TensorId) {
+    let mut g = Graph::new();
+    let qt = g.input("q", F32, &[d, h, n_q]).unwrap();
+    let kt = g.input("k", F32, &[d, cap, h_kv]).unwrap();
+    let vt = g.input("v", F32, &[d, cap, h_kv]).unwrap();
+    let mt = g.input("mask", F32, &[cap, n_q]).unwrap();
+    let nt = g.input("n_kv", GgmlType::I32, &[1]).unwrap();
+    let kc = g.persistent("k_cache", F16, &[d, cap, h_kv]).unwrap();
+    let vc = g.persistent("v_cache", F16, &[d, cap, h_kv]).unwrap();
+    g.cpy(kt, kc).unwrap();
+    g.cpy(vt, vc).unwrap();
+    let qv = g.permute(qt, [0, 2, 1, 3]).unwrap();
+    let out = g
+        .flash_attn(qv, kc, vc, masked.then_some(mt), Some(nt), scale, softcap)
+        .unwrap();
+    (g, [qt, kt, vt, mt, nt], out)
+}
+
 #[test]
 fn one_row_attention_split_by_kv_rows_is_llama_cpps_algorithm() {
     let mut rng = Rng::new(4242);
+    // (d, heads, kv heads, cache rows, rows in use, mask, softcap)
     let cases = [
-        // SmolLM2's heads at several depths: views 512..1280, capped by the cache or not.
-        Case {
-            d: 64,
-            h: 9,
-            h_kv: 3,
-            cap: 1100,
-            n_kv: 1030,
-            mask: 0,
-            softcap: 0.0,
-        },
-        Case {
-            d: 64,
-            h: 9,
-            h_kv: 3,
-            cap: 2048,
-            n_kv: 513,
-            mask: 0,
-            softcap: 0.0,
-        },
-        Case {
-            d: 64,
-            h: 9,
-            h_kv: 3,
-            cap: 600,
-            n_kv: 600,
-            mask: 0,
-            softcap: 0.0,
-        },
+        // SmolLM2's heads at several depths: views of 512 to 1280 rows.
+        (64, 9, 3, 1100, 1030, 0, 0.0),
+        (64, 9, 3, 2048, 513, 0, 0.0),
+        (64, 9, 3, 600, 600, 0, 0.0),
         // A view under 512 rows: not split.
-        Case {
-            d: 64,
-            h: 9,
-            h_kv: 3,
-            cap: 2048,
-            n_kv: 256,
-            mask: 0,
-            softcap: 0.0,
-        },
+        (64, 9, 3, 2048, 256, 0, 0.0),
         // Holes and a masked run; a mask that leaves later chunks empty.
-        Case {
-            d: 48,
-            h: 4,
-            h_kv: 2,
-            cap: 900,
-            n_kv: 777,
-            mask: 1,
-            softcap: 0.0,
-        },
-        Case {
-            d: 32,
-            h: 2,
-            h_kv: 1,
-            cap: 1024,
-            n_kv: 1024,
-            mask: 2,
-            softcap: 0.0,
-        },
+        (48, 4, 2, 900, 777, 1, 0.0),
+        (32, 2, 1, 1024, 1024, 2, 0.0),
         // Softcapping, one head per kv head, more heads than MAX_GROUP in a group.
-        Case {
-            d: 64,
-            h: 4,
-            h_kv: 4,
-            cap: 700,
-            n_kv: 650,
-            mask: 1,
-            softcap: 20.0,
-        },
-        Case {
-            d: 16,
-            h: 12,
-            h_kv: 1,
-            cap: 520,
-            n_kv: 519,
-            mask: 0,
-            softcap: 0.0,
-        },
-    ];
+        (64, 4, 4, 700, 650, 1, 20.0),
+        (16, 12, 1, 520, 519, 0, 0.0),
+    ]
+    .map(|(d, h, h_kv, cap, n_kv, mask, softcap)| Case {
+        d,
+        h,
+        h_kv,
+        cap,
+        n_kv,
+        mask,
+        softcap,
+    });
     for c in &cases {
         let scale = 1.0 / (c.d as f32).sqrt();
         let q = rng.vec(c.d * c.h);
@@ -259,21 +233,8 @@ fn one_row_attention_split_by_kv_rows_is_llama_cpps_algorithm() {
             .map(|x| 2.0 * x)
             .collect();
         let v = rng.vec(c.d * c.cap * c.h_kv);
-        let mut g = Graph::new();
-        let qt = g.input("q", F32, &[c.d, c.h, 1]).unwrap();
-        let kt = g.input("k", F32, &[c.d, c.cap, c.h_kv]).unwrap();
-        let vt = g.input("v", F32, &[c.d, c.cap, c.h_kv]).unwrap();
-        let mt = g.input("mask", F32, &[c.cap, 1]).unwrap();
-        let nt = g.input("n_kv", GgmlType::I32, &[1]).unwrap();
-        let kc = g.persistent("k_cache", F16, &[c.d, c.cap, c.h_kv]).unwrap();
-        let vc = g.persistent("v_cache", F16, &[c.d, c.cap, c.h_kv]).unwrap();
-        g.cpy(kt, kc).unwrap();
-        g.cpy(vt, vc).unwrap();
-        let qv = g.permute(qt, [0, 2, 1, 3]).unwrap();
-        let mask = (c.mask > 0).then_some(mt);
-        let out = g
-            .flash_attn(qv, kc, vc, mask, Some(nt), scale, c.softcap)
-            .unwrap();
+        let (g, [qt, kt, vt, mt, nt], out) =
+            attention_graph((c.d, c.h, c.h_kv, c.cap), 1, c.mask > 0, scale, c.softcap);
         let mut inputs = vec![
             Input::F32(qt, q.clone()),
             Input::F32(kt, k.clone()),
@@ -335,20 +296,7 @@ fn rows_decoded_together_split_as_alone() {
             }
         })
         .collect();
-    let mut g = Graph::new();
-    let qt = g.input("q", F32, &[d, h, n_q]).unwrap();
-    let kt = g.input("k", F32, &[d, cap, h_kv]).unwrap();
-    let vt = g.input("v", F32, &[d, cap, h_kv]).unwrap();
-    let mt = g.input("mask", F32, &[cap, n_q]).unwrap();
-    let nt = g.input("n_kv", GgmlType::I32, &[1]).unwrap();
-    let kc = g.persistent("k_cache", F16, &[d, cap, h_kv]).unwrap();
-    let vc = g.persistent("v_cache", F16, &[d, cap, h_kv]).unwrap();
-    g.cpy(kt, kc).unwrap();
-    g.cpy(vt, vc).unwrap();
-    let qv = g.permute(qt, [0, 2, 1, 3]).unwrap();
-    let out = g
-        .flash_attn(qv, kc, vc, Some(mt), Some(nt), scale, 0.0)
-        .unwrap();
+    let (g, [qt, kt, vt, mt, nt], out) = attention_graph((d, h, h_kv, cap), n_q, true, scale, 0.0);
     let inputs = [
         Input::F32(qt, q.clone()),
         Input::F32(kt, k.clone()),
