@@ -231,16 +231,26 @@ unsafe fn attend_rows_avx512(kv: &KvRows<'_>, st: &mut HeadsState<'_>, scale: f3
             // SAFETY: row j of K holds d f16s (caller); q holds n·d f32s.
             unsafe {
                 let krow = kv.k.add(j * kv.k_stride);
-                for (c, kc) in kf.iter_mut().enumerate().take(d / 16) {
-                    *kc = _mm512_cvtph_ps(_mm256_loadu_si256(krow.add(32 * c) as *const __m256i));
-                }
-                for (g, dg) in dots.iter_mut().enumerate().take(n) {
-                    // The F16 dot kernel's order: one accumulator over the chunks, then its sum.
-                    let mut dot = _mm512_setzero_ps();
-                    for (c, &kc) in kf.iter().enumerate().take(d / 16) {
-                        dot = _mm512_fmadd_ps(kc, _mm512_loadu_ps(qp.add(g * d + 16 * c)), dot);
+                match d / 16 {
+                    4 => row_dots::<4>(krow, qp, n, &mut dots, r),
+                    8 => row_dots::<8>(krow, qp, n, &mut dots, r),
+                    _ => {
+                        for (c, kc) in kf.iter_mut().enumerate().take(d / 16) {
+                            *kc = _mm512_cvtph_ps(_mm256_loadu_si256(
+                                krow.add(32 * c) as *const __m256i
+                            ));
+                        }
+                        for (g, dg) in dots.iter_mut().enumerate().take(n) {
+                            // The F16 dot kernel's order: one accumulator over the chunks,
+                            // then its sum.
+                            let mut dot = _mm512_setzero_ps();
+                            for (c, &kc) in kf.iter().enumerate().take(d / 16) {
+                                let qc = _mm512_loadu_ps(qp.add(g * d + 16 * c));
+                                dot = _mm512_fmadd_ps(kc, qc, dot);
+                            }
+                            dg[r] = dot;
+                        }
                     }
-                    dg[r] = dot;
                 }
             }
         }
@@ -252,15 +262,23 @@ unsafe fn attend_rows_avx512(kv: &KvRows<'_>, st: &mut HeadsState<'_>, scale: f3
             unsafe { _mm512_storeu_ps(sg.as_mut_ptr(), sums) };
         }
         for g in 0..n {
+            // The running max and sum in registers across the chunk (through memory, each
+            // row's update waited on the last one's store). `sum · 1` is `sum`, so the
+            // multiply is skipped where the max did not move.
+            let (mut max, mut sum) = (st.max[g], st.sum[g]);
             for (r, &(_, m)) in chunk.iter().enumerate() {
-                step[g][r] = match softmax_step(score[g][r], softcap, m, &mut st.max[g]) {
+                step[g][r] = match softmax_step(score[g][r], softcap, m, &mut max) {
                     Some((ms, vs)) => {
-                        st.sum[g] = st.sum[g] * ms + vs;
+                        if ms != 1.0 {
+                            sum *= ms;
+                        }
+                        sum += vs;
                         (ms, vs)
                     }
                     None => (1.0, -1.0),
                 };
             }
+            (st.max[g], st.sum[g]) = (max, sum);
         }
         // SAFETY: the caller's contract (rows inside V; acc holds n·dv f32s).
         if unsafe { value_sums_in_registers(kv, chunk, &step, ap, n, dv) } {
@@ -288,6 +306,38 @@ unsafe fn attend_rows_avx512(kv: &KvRows<'_>, st: &mut HeadsState<'_>, scale: f3
                 }
             }
         }
+    }
+}
+
+/// One K row's dot products with `n` heads' queries (`D` vectors of 16 values each), into
+/// `dots[g][r]`: the generic loop in [`attend_rows_avx512`] unrolled for a head size, the same
+/// operations in the same order.
+///
+/// # Safety
+/// AVX-512F and F16C present; `krow` holds `16·D` f16s, `qp` `n·16·D` f32s; `n ≤ MAX_HEADS`,
+/// `r < CHUNK_ROWS`.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx2,fma,f16c")]
+unsafe fn row_dots<const D: usize>(
+    krow: *const u8,
+    qp: *const f32,
+    n: usize,
+    dots: &mut [[__m512; CHUNK_ROWS]; MAX_HEADS],
+    r: usize,
+) {
+    let mut kf = [_mm512_setzero_ps(); D];
+    for (c, kc) in kf.iter_mut().enumerate() {
+        // SAFETY: krow holds 16·D f16s (caller).
+        *kc = unsafe { _mm512_cvtph_ps(_mm256_loadu_si256(krow.add(32 * c) as *const __m256i)) };
+    }
+    for (g, dg) in dots.iter_mut().enumerate().take(n) {
+        let mut dot = _mm512_setzero_ps();
+        for (c, &kc) in kf.iter().enumerate() {
+            // SAFETY: qp holds n·16·D f32s (caller).
+            let qc = unsafe { _mm512_loadu_ps(qp.add((g * D + c) * 16)) };
+            dot = _mm512_fmadd_ps(kc, qc, dot);
+        }
+        dg[r] = dot;
     }
 }
 
