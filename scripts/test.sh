@@ -26,14 +26,17 @@ cargo check --quiet --manifest-path fuzz/Cargo.toml --bins
 step "cargo doc (warnings are errors)"
 RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --quiet
 
+step "cargo test --release"
+cargo test --workspace --release
+
+# The examples `cargo test` just built, run as they are: `cargo run -p tinynn --example` would
+# build the library crates a second time, with the features of `tinynn` alone rather than the
+# workspace's (minutes of a cold run).
 step "library examples on the default model"
 for example in generate chat batch_decode finetune_lora; do
     echo "-- $example"
-    cargo run --release --quiet -p tinynn --example "$example"
+    "${CARGO_TARGET_DIR:-target}/release/examples/$example"
 done
-
-step "cargo test --release"
-cargo test --workspace --release
 
 step "kernel, executor, training and model-fixture tests at TINYNN_ISA=avx2 and scalar"
 scripts/test-isa-levels.sh
