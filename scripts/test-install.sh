@@ -9,7 +9,7 @@ work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 
 # The workspace's target folder is reused, so only what differs is rebuilt.
-cargo install --quiet --locked --path crates/tinynn-cli --root "$work/root" --target-dir "$repo/target"
+cargo install --quiet --locked --path crates/tinynn-cli --root "$work/root" --target-dir "${CARGO_TARGET_DIR:-$repo/target}"
 bin="$work/root/bin/tnn"
 
 fail() { echo "install test: $*" >&2; echo "0 passed, 1 failed"; exit 1; }

@@ -1,5 +1,5 @@
 //! Writes the malformed GGUF corpus (and the valid seed) into a directory, one file per case:
-//! `cargo run -p tinynn-format --features corpus --example write_corpus -- DIR [--no-truncations]`.
+//! `cargo run -p tinynn-format --example write_corpus -- DIR [--no-truncations]`.
 //! Used to seed `fuzz/corpus/gguf` and to test other GGUF readers against the same files.
 
 use std::path::PathBuf;

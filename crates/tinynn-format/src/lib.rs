@@ -20,7 +20,6 @@ pub mod model_dir;
 pub mod safetensors;
 pub mod safetensors_writer;
 
-#[cfg(feature = "corpus")]
 pub mod malformed_corpus;
 
 pub use error::{Error, GgufError, GgufErrorKind, Result};
