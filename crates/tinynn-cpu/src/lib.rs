@@ -4,6 +4,7 @@
 
 mod backend;
 mod executor;
+pub mod huge_slab;
 mod kernels;
 mod memory;
 pub mod plan_work;

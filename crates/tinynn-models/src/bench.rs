@@ -301,12 +301,26 @@ fn run_tests(model: &Arc<Model>, cfg: &BenchConfig) -> Result<BenchReport> {
 /// passes of each of two access patterns (one stream; four interleaved streams — which of
 /// them a CPU and a compiler's code generation serve best varies: built for the native CPU,
 /// the one-stream loop ran at a tenth of the memory's speed here), so a figure beside a
-/// decode speed says what the memory gave during those minutes.
+/// decode speed says what the memory gave during those minutes. The buffer lives in the
+/// memory the packed weights live in (`tinynn_cpu::huge_slab`: huge pages where the kernel
+/// gives them), since one core streams 4 KiB pages a quarter slower here.
 pub fn read_bandwidth(threads: usize) -> f64 {
     const BYTES: usize = 256 << 20;
     let threads = threads.max(1);
+    let mut owned: Vec<u64>;
+    let mut slab = tinynn_cpu::huge_slab::SlabBuf::try_zeroed(BYTES).ok();
+    let buf: &mut [u64] = match slab.as_mut() {
+        Some(b) => bytemuck::cast_slice_mut(b.as_bytes_mut()),
+        None => {
+            owned = vec![0; BYTES / 8];
+            &mut owned
+        }
+    };
     // Written first, so the passes read mapped pages.
-    let buf: Vec<u64> = (0..BYTES / 8).map(|i| i as u64).collect();
+    for (i, v) in buf.iter_mut().enumerate() {
+        *v = i as u64;
+    }
+    let buf: &[u64] = buf;
     let slice = buf.len().div_ceil(threads);
     let mut best = 0f64;
     for pass in 0..10 {

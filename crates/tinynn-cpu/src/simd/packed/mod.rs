@@ -62,7 +62,7 @@ use std::ops::Range;
 use tinynn_core::quant;
 use tinynn_format::GgmlType;
 
-use crate::memory::AlignedBuf;
+use crate::huge_slab::SlabBuf;
 use crate::simd::Isa;
 
 /// How far ahead (bytes) a single-token tile prefetches the weights it streams: decode reads
@@ -438,7 +438,8 @@ pub struct PackedWeight {
     source: GgmlType,
     k: usize,
     n_rows: usize,
-    data: AlignedBuf,
+    /// In huge-page-backed memory: decode streams it from DRAM (see `huge_slab`).
+    data: SlabBuf,
 }
 
 /// Whether this machine runs packed kernels (AVX2 + FMA + F16C at least, and `TINYNN_ISA`
@@ -485,7 +486,7 @@ pub fn pack_always(ty: GgmlType, ne: [usize; 4], bytes: &[u8]) -> Option<PackedW
     debug_assert_eq!(nb * sb, row_bytes);
     let n_groups = n_rows.div_ceil(GROUP_ROWS);
     // No packed copy (the file's layout serves) when the memory is refused.
-    let mut data = AlignedBuf::try_zeroed(n_groups * nb * bb).ok()?;
+    let mut data = SlabBuf::try_zeroed(n_groups * nb * bb).ok()?;
     let out = data.as_bytes_mut();
     for g in 0..n_groups {
         for r in 0..GROUP_ROWS.min(n_rows - g * GROUP_ROWS) {
