@@ -24,7 +24,8 @@ const ALIGN: usize = 64;
 
 /// One anonymous map, `HUGE`-aligned from `lead` bytes in, `cap` bytes usable.
 struct Chunk {
-    map: memmap2::MmapMut,
+    /// A raw map: buffers write through its pointer, never through a shared slice of it.
+    map: memmap2::MmapRaw,
     lead: usize,
     cap: usize,
 }
@@ -32,8 +33,10 @@ struct Chunk {
 impl Chunk {
     fn new(cap: usize) -> Result<Chunk, MemoryError> {
         let refused = || MemoryError::OutOfMemory { bytes: cap };
-        let map = memmap2::MmapMut::map_anon(cap.checked_add(HUGE).ok_or_else(refused)?)
-            .map_err(|_| refused())?;
+        let map: memmap2::MmapRaw =
+            memmap2::MmapMut::map_anon(cap.checked_add(HUGE).ok_or_else(refused)?)
+                .map_err(|_| refused())?
+                .into();
         let lead = (HUGE - map.as_ptr() as usize % HUGE) % HUGE;
         // A hint: refused where transparent huge pages are off, and then 4 KiB pages serve.
         let _ = map.advise_range(memmap2::Advice::HugePage, lead, cap);
@@ -99,7 +102,10 @@ impl SlabBuf {
         // these bytes (the map is writable; other buffers of the chunk hold disjoint ranges).
         unsafe {
             std::slice::from_raw_parts_mut(
-                self.chunk.map.as_ptr().add(self.chunk.lead + self.offset) as *mut u8,
+                self.chunk
+                    .map
+                    .as_mut_ptr()
+                    .add(self.chunk.lead + self.offset),
                 self.len,
             )
         }
