@@ -85,30 +85,25 @@ impl SlabBuf {
         Ok(SlabBuf { chunk, offset, len })
     }
 
+    /// The first byte of this buffer inside its chunk's map.
+    fn start(&self) -> *mut u8 {
+        self.chunk
+            .map
+            .as_mut_ptr()
+            .wrapping_add(self.chunk.lead + self.offset)
+    }
+
     pub fn as_bytes(&self) -> &[u8] {
         // SAFETY: `lead + offset .. + len` lies inside the chunk's map (`offset + len ≤ cap`,
         // the map holds `lead + cap` bytes), which lives as long as `self.chunk`; no other
         // buffer covers these bytes, and writes to them need `&mut self`.
-        unsafe {
-            std::slice::from_raw_parts(
-                self.chunk.map.as_ptr().add(self.chunk.lead + self.offset),
-                self.len,
-            )
-        }
+        unsafe { std::slice::from_raw_parts(self.start(), self.len) }
     }
 
     pub fn as_bytes_mut(&mut self) -> &mut [u8] {
         // SAFETY: as in `as_bytes`, and `&mut self` makes this the only live reference to
         // these bytes (the map is writable; other buffers of the chunk hold disjoint ranges).
-        unsafe {
-            std::slice::from_raw_parts_mut(
-                self.chunk
-                    .map
-                    .as_mut_ptr()
-                    .add(self.chunk.lead + self.offset),
-                self.len,
-            )
-        }
+        unsafe { std::slice::from_raw_parts_mut(self.start(), self.len) }
     }
 
     pub fn len(&self) -> usize {
