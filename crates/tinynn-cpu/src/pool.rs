@@ -59,6 +59,9 @@ struct Barrier {
     arrived: AtomicU32,
     /// Bumped by 2 each time every thread has arrived; bit 0 is [`POISON`].
     generation: AtomicU32,
+    /// Threads asleep (or about to sleep) on `generation`: the last to arrive makes the
+    /// wake-up system call only when there is one (most barriers end while all spin).
+    sleepers: AtomicU32,
     /// Nanoseconds threads spent asleep waiting (in barriers and for the run's end) during
     /// the current run: the sign that a sibling is not getting a core.
     slept_ns: AtomicU64,
@@ -77,11 +80,21 @@ impl Barrier {
         }
         let now = if self.arrived.fetch_add(1, Ordering::AcqRel) + 1 == n as u32 {
             self.arrived.store(0, Ordering::Relaxed);
-            let prev = self.generation.fetch_add(2, Ordering::AcqRel);
-            atomic_wait::wake_all(&self.generation);
+            // SeqCst here and on `sleepers` (in `wait_while_equal`): either this load sees a
+            // sleeper, or that sleeper's re-check after counting itself sees the new
+            // generation and does not sleep.
+            let prev = self.generation.fetch_add(2, Ordering::SeqCst);
+            if self.sleepers.load(Ordering::SeqCst) != 0 {
+                atomic_wait::wake_all(&self.generation);
+            }
             prev
         } else {
-            wait_while_equal(&self.generation, gen, Some(&self.slept_ns))
+            wait_while_equal(
+                &self.generation,
+                gen,
+                Some(&self.slept_ns),
+                Some(&self.sleepers),
+            )
         };
         if now & POISON != 0 {
             Err(Poisoned)
@@ -101,12 +114,19 @@ impl Barrier {
         self.arrived.store(0, Ordering::Relaxed);
         self.generation.store(0, Ordering::Relaxed);
         self.slept_ns.store(0, Ordering::Relaxed);
+        self.sleepers.store(0, Ordering::Relaxed);
     }
 }
 
 /// Returns once `a` no longer holds `value`, with what it holds now; time spent asleep is
-/// added to `slept_ns`.
-fn wait_while_equal(a: &AtomicU32, value: u32, slept_ns: Option<&AtomicU64>) -> u32 {
+/// added to `slept_ns`. With `sleepers`, the thread counts itself there while it may sleep
+/// (the waker then changes `a` with `SeqCst` and wakes only when it reads a sleeper).
+fn wait_while_equal(
+    a: &AtomicU32,
+    value: u32,
+    slept_ns: Option<&AtomicU64>,
+    sleepers: Option<&AtomicU32>,
+) -> u32 {
     for _ in 0..SPIN {
         let now = a.load(Ordering::Acquire);
         if now != value {
@@ -115,13 +135,19 @@ fn wait_while_equal(a: &AtomicU32, value: u32, slept_ns: Option<&AtomicU64>) -> 
         std::hint::spin_loop();
     }
     let t0 = slept_ns.map(|_| Instant::now());
+    if let Some(s) = sleepers {
+        s.fetch_add(1, Ordering::SeqCst);
+    }
     let now = loop {
-        let now = a.load(Ordering::Acquire);
+        let now = a.load(Ordering::SeqCst);
         if now != value {
             break now;
         }
         atomic_wait::wait(a, value);
     };
+    if let Some(s) = sleepers {
+        s.fetch_sub(1, Ordering::Relaxed);
+    }
     if let (Some(s), Some(t0)) = (slept_ns, t0) {
         s.fetch_add(t0.elapsed().as_nanos() as u64, Ordering::Relaxed);
     }
@@ -257,6 +283,7 @@ impl ThreadPool {
                 arrived: AtomicU32::new(0),
                 generation: AtomicU32::new(0),
                 slept_ns: AtomicU64::new(0),
+                sleepers: AtomicU32::new(0),
             },
             panic: Mutex::new(None),
             n_threads,
@@ -367,7 +394,7 @@ impl ThreadPool {
             if done == workers {
                 break;
             }
-            wait_while_equal(&s.done, done, Some(&s.barrier.slept_ns));
+            wait_while_equal(&s.done, done, Some(&s.barrier.slept_ns), None);
         }
         // SAFETY: every worker has finished with the job (done == workers, Acquire).
         unsafe {
@@ -395,7 +422,7 @@ fn worker(s: &Shared, ith: usize) {
     IN_JOB.with(|f| f.set(true));
     let mut seen = 0u32;
     loop {
-        wait_while_equal(&s.start, seen, None);
+        wait_while_equal(&s.start, seen, None, None);
         seen = s.start.load(Ordering::Acquire);
         if s.stop.load(Ordering::Acquire) {
             return;
