@@ -145,3 +145,36 @@ fn packed_decode_k576_n49152<const T: usize>(bencher: Bencher, ty: GgmlType) {
 fn packed_prefill_k576_n1536_m512<const T: usize>(bencher: Bencher, ty: GgmlType) {
     run_with(bencher, ty, 576, 1536, 512, T, true);
 }
+
+/// The backward product of a frozen weight, `dx = Wᵀ · dy` (`mul_mat_t`), at a QLoRA step's
+/// shapes: dequantized panels of W through the f32 GEMM. Throughput is multiply-adds ×2 per
+/// second.
+fn run_t(bencher: Bencher, ty: GgmlType, [k, n, m]: [usize; 3], threads: usize) {
+    let w_bytes = weights(ty, k * n);
+    let mut g = Graph::new();
+    let w = g.weight("w", ty, &[k, n]).unwrap();
+    let dy = g.input("dy", GgmlType::F32, &[n, m]).unwrap();
+    let dx = g.mul_mat_t(w, dy).unwrap();
+    g.set_output(dx).unwrap();
+    let plan = tinynn_cpu::compile(g);
+    let mut mem = Memory::new(&plan);
+    mem.bind_weight(&plan, w, &w_bytes).unwrap();
+    let dys: Vec<f32> = (0..n * m).map(|i| ((i % 17) as f32 - 8.0) / 64.0).collect();
+    mem.write_f32(&plan, dy, &dys).unwrap();
+    let mut exec = Executor::new(&plan, threads);
+    bencher
+        .counter(ItemsCount::new(2 * k * n * m))
+        .bench_local(|| exec.run(&plan, &mut mem).unwrap());
+}
+
+/// SmolLM2's up projection, seq 256 × batch 4 = 1024 tokens.
+#[divan::bench(args = [GgmlType::F32, GgmlType::Q4_1], consts = [1, 2], sample_count = 20, sample_size = 1)]
+fn backward_t_k576_n1536_m1024<const T: usize>(bencher: Bencher, ty: GgmlType) {
+    run_t(bencher, ty, [576, 1536, 1024], T);
+}
+
+/// SmolLM2's tied head (Q8_0 in the Q4_1 file) for one 128-token chunk of the loss.
+#[divan::bench(consts = [1, 2], sample_count = 10, sample_size = 1)]
+fn backward_t_head_k576_n49152_m128<const T: usize>(bencher: Bencher) {
+    run_t(bencher, GgmlType::Q8_0, [576, 49152, 128], T);
+}

@@ -1,7 +1,8 @@
 //! Blocked f32 matrix product with AVX-512 or AVX2 + FMA, shared by mul_mat (F32 weights),
 //! mul_mat_t and out_prod: `C(m, i) = Σ_r A(r, i) · B(m, r)` with `C`'s rows contiguous in `i`.
 //!
-//! Output tiles are 32 `i` (two vectors) × up to 8 `m` (16 accumulators in registers). `A`
+//! Output tiles are 32 `i` (two vectors) × up to 8 `m` (16 accumulators in registers; the
+//! AVX2 tile takes 6 `m` and each half of the 32 `i` in turn: 12 accumulators). `A`
 //! is packed per tile into a `[KC][32]` panel on the stack (a copy or a transpose, whichever
 //! its strides need), so the micro-kernel reads it with unit stride; `B` is broadcast from
 //! wherever it lies. Work is split into jobs of `IG` tiles of `i` × `MC` values of `m`, and a
@@ -202,7 +203,7 @@ impl Gemm {
                 let mask = if ni == NR { u32::MAX } else { (1u32 << ni) - 1 };
                 let mut m = m0;
                 while m < m1 {
-                    let mr = MR.min(m1 - m);
+                    let mr = if wide { MR } else { avx2::MR_AVX2 }.min(m1 - m);
                     let t = Tile {
                         panel: panel.as_ptr(),
                         kc,
@@ -230,8 +231,6 @@ impl Gemm {
                             }
                         } else {
                             match mr {
-                                8 => t.run_avx2::<8>(),
-                                7 => t.run_avx2::<7>(),
                                 6 => t.run_avx2::<6>(),
                                 5 => t.run_avx2::<5>(),
                                 4 => t.run_avx2::<4>(),
@@ -270,8 +269,17 @@ impl Gemm {
         for (r, row) in panel.chunks_exact_mut(NR).take(kc).enumerate() {
             // SAFETY: A(r0 + r, i0 + i) for i < ni are contiguous (xs = 1).
             let src = unsafe { std::slice::from_raw_parts(a.ptr.add((r0 + r) * a.rs + i0), ni) };
-            row[..ni].copy_from_slice(src);
-            row[ni..].fill(0.0);
+            if let (Ok(src), Ok(row)) = (
+                <&[f32; NR]>::try_from(src),
+                <&mut [f32; NR]>::try_from(&mut *row),
+            ) {
+                // A whole row: a copy of constant size, inlined (a `memmove` call per
+                // 128 bytes took 8% of a head-gradient product).
+                *row = *src;
+            } else {
+                row[..ni].copy_from_slice(src);
+                row[ni..].fill(0.0);
+            }
         }
     }
 
