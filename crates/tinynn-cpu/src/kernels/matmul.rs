@@ -42,13 +42,15 @@ pub(crate) fn strided(
 /// batches split over the threads (each output block is computed by one thread, so the
 /// result does not depend on the thread count).
 pub(crate) fn gemm_batches(ne: [usize; 4], ctx: &Ctx<'_>, make: impl Fn(usize, usize) -> Gemm) {
-    let per = make(0, 0).jobs();
+    let first = make(0, 0);
+    let ig = first.tiles_per_job(ne[2] * ne[3], ctx.nth);
+    let per = first.jobs(ig);
     for job in split(per * ne[2] * ne[3], ctx.ith, ctx.nth) {
         let b = job / per;
         // SAFETY: gemm_fits() checked the ISA and dtypes; the callers build each batch's
         // operands inside its tensors (builder-checked shapes), dst never overlaps a source,
         // and output block `job` is this thread's alone.
-        unsafe { make(b % ne[2], b / ne[2]).run_job(job % per) };
+        unsafe { make(b % ne[2], b / ne[2]).run_job(job % per, ig) };
     }
 }
 

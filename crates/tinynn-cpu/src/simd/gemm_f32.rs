@@ -99,29 +99,58 @@ thread_local! {
 }
 
 impl Gemm {
-    fn i_groups(&self) -> usize {
-        self.ni.div_ceil(NR * IG)
+    fn i_groups(&self, ig: usize) -> usize {
+        self.ni.div_ceil(NR * ig)
     }
 
-    /// Independent jobs (disjoint output blocks).
-    pub(crate) fn jobs(&self) -> usize {
-        self.i_groups() * self.nm.div_ceil(MC)
+    /// Independent jobs (disjoint output blocks) of `ig` tiles of `i` each.
+    pub(crate) fn jobs(&self, ig: usize) -> usize {
+        self.i_groups(ig) * self.nm.div_ceil(MC)
     }
 
-    /// Job `job < jobs()`.
+    /// The `i` tiles per job (at most `IG`) that load the busiest of `nth` threads least
+    /// when `batches` such products' jobs are split into `nth` contiguous runs (as
+    /// `kernels::matmul::gemm_batches` does); ties go to more tiles, which reuse each block
+    /// of B more. With few values of `m` the default cut is uneven: a 128-token chunk of
+    /// SmolLM2's head gradient (576 lanes of `i`, 18 tiles) makes 5 jobs of 4, 4, 4, 4 and 2
+    /// tiles, 12 : 6 on two threads; 3 tiles a job make 9 : 9.
+    pub(crate) fn tiles_per_job(&self, batches: usize, nth: usize) -> usize {
+        let tiles = self.ni.div_ceil(NR);
+        let m_chunks = self.nm.div_ceil(MC);
+        let busiest = |ig: usize| {
+            let per = self.i_groups(ig) * m_chunks;
+            let load = |job: usize| {
+                let (g, mc) = (job % self.i_groups(ig), job / self.i_groups(ig));
+                let t = ig.min(tiles - g * ig);
+                let m = MC.min(self.nm - mc * MC);
+                t * m
+            };
+            (0..nth.max(1))
+                .map(|t| {
+                    crate::kernels::split(per * batches, t, nth.max(1))
+                        .map(|job| load(job % per))
+                        .sum::<usize>()
+                })
+                .max()
+                .unwrap_or(0)
+        };
+        (1..=IG).rev().min_by_key(|&ig| busiest(ig)).unwrap_or(IG)
+    }
+
+    /// Job `job < jobs(ig)`.
     ///
     /// # Safety
     /// [`available`]; every `A(r, i)`, `B(m, r)` and `C(m, i)` in range is readable (C
     /// writable) and C overlaps neither; the job's output block belongs to this thread.
     #[cfg(target_arch = "x86_64")]
-    pub(crate) unsafe fn run_job(&self, job: usize) {
+    pub(crate) unsafe fn run_job(&self, job: usize, ig: usize) {
         if self.bf16 && bf16_available() {
             return B_PACK.with_borrow_mut(|bp| {
                 if bp.len() < KC / 2 * MC {
                     bp.resize(KC / 2 * MC, 0);
                 }
                 // SAFETY: the caller's contract; AVX-512 BF16 checked above.
-                unsafe { self.run_job_bf16(job, bp) }
+                unsafe { self.run_job_bf16(job, ig, bp) }
             });
         }
         // B contiguous in m with rows far apart (the head's gradient, 192 KiB per row in
@@ -133,15 +162,15 @@ impl Gemm {
                     bc.resize(KC * MC, 0.0);
                 }
                 // SAFETY: the caller's contract.
-                unsafe { self.run_job_f32(job, Some(bc), wide()) }
+                unsafe { self.run_job_f32(job, ig, Some(bc), wide()) }
             });
         }
         // SAFETY: the caller's contract.
-        unsafe { self.run_job_f32(job, None, wide()) }
+        unsafe { self.run_job_f32(job, ig, None, wide()) }
     }
 
     #[cfg(not(target_arch = "x86_64"))]
-    pub(crate) unsafe fn run_job(&self, _: usize) {
+    pub(crate) unsafe fn run_job(&self, _: usize, _: usize) {
         unreachable!("gemm_f32 is only offered where AVX2 or AVX-512 is available");
     }
 
@@ -152,10 +181,16 @@ impl Gemm {
     /// # Safety
     /// As [`Gemm::run_job`]; AVX-512 present where `wide`.
     #[cfg(target_arch = "x86_64")]
-    unsafe fn run_job_f32(&self, job: usize, mut b_copy: Option<&mut Vec<f32>>, wide: bool) {
-        let (g, mc) = (job % self.i_groups(), job / self.i_groups());
+    unsafe fn run_job_f32(
+        &self,
+        job: usize,
+        ig: usize,
+        mut b_copy: Option<&mut Vec<f32>>,
+        wide: bool,
+    ) {
+        let (g, mc) = (job % self.i_groups(ig), job / self.i_groups(ig));
         let (m0, m1) = (mc * MC, ((mc + 1) * MC).min(self.nm));
-        let (i_lo, i_hi) = (g * NR * IG, ((g + 1) * NR * IG).min(self.ni));
+        let (i_lo, i_hi) = (g * NR * ig, ((g + 1) * NR * ig).min(self.ni));
         if self.nr == 0 {
             for m in m0..m1 {
                 for i in i_lo..i_hi {
@@ -352,13 +387,13 @@ impl Gemm {
     /// # Safety
     /// As [`Gemm::run_job`]; AVX-512 BF16 present; `bp` holds `KC/2 × MC` values.
     #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,fma")]
-    unsafe fn run_job_bf16(&self, job: usize, bp: &mut [u32]) {
-        let (g, mc) = (job % self.i_groups(), job / self.i_groups());
+    unsafe fn run_job_bf16(&self, job: usize, ig: usize, bp: &mut [u32]) {
+        let (g, mc) = (job % self.i_groups(ig), job / self.i_groups(ig));
         let (m0, m1) = (mc * MC, ((mc + 1) * MC).min(self.nm));
-        let (i_lo, i_hi) = (g * NR * IG, ((g + 1) * NR * IG).min(self.ni));
+        let (i_lo, i_hi) = (g * NR * ig, ((g + 1) * NR * ig).min(self.ni));
         if self.nr == 0 {
             // SAFETY: as in the f32 kernel.
-            return unsafe { self.run_job_f32(job, None, true) };
+            return unsafe { self.run_job_f32(job, ig, None, true) };
         }
         let mut panel = [0u32; KC / 2 * NR];
         // B pairs: [m][p] when B is contiguous in r, else [p][m].

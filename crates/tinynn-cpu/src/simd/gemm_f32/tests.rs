@@ -16,12 +16,13 @@ fn value(k: usize, salt: usize) -> f32 {
     ((h >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
 }
 
-/// `C` from the tiles (`wide`: AVX-512) for one shape and layout.
+/// `C` from the tiles (`wide`: AVX-512) for one shape and layout, in jobs of `ig` tiles.
 fn product(
     (ni, nm, nr): (usize, usize, usize),
     a_transposed: bool,
     b_far_rows: bool,
     wide: bool,
+    ig: usize,
 ) -> (Vec<f32>, Vec<(f64, f64)>) {
     // A(r, i): rows contiguous in i, or (transposed) columns contiguous in r.
     let a: Vec<f32> = (0..ni * nr).map(|k| value(k, 1)).collect();
@@ -60,11 +61,11 @@ fn product(
         bf16: false,
     };
     let mut copy = vec![0f32; KC * MC];
-    for job in 0..g.jobs() {
+    for job in 0..g.jobs(ig) {
         let b_copy = b_far_rows.then_some(&mut copy);
         // SAFETY: every operand is a live Vec of the sizes laid out above; the ISA was checked
         // by the caller.
-        unsafe { g.run_job_f32(job, b_copy, wide) };
+        unsafe { g.run_job_f32(job, ig, b_copy, wide) };
     }
     // (Σ A·B, Σ |A·B|) in f64.
     let mut want = vec![(0f64, 0f64); ni * nm];
@@ -105,7 +106,7 @@ fn avx2_tiles_match_avx512_bits_and_the_f64_product() {
     for &shape in &shapes {
         for a_transposed in [false, true] {
             for b_far_rows in [false, true] {
-                let (got, want) = product(shape, a_transposed, b_far_rows, false);
+                let (got, want) = product(shape, a_transposed, b_far_rows, false, IG);
                 let nr = shape.2 as f64;
                 for (k, (&g, &(w, w_abs))) in got.iter().zip(&want).enumerate() {
                     // f32 summation of nr products: a few ulps per √nr of Σ|A·B|.
@@ -116,8 +117,17 @@ fn avx2_tiles_match_avx512_bits_and_the_f64_product() {
                          f64 {w}"
                     );
                 }
+                // However the work is cut into jobs, the same bits.
+                for ig in 1..IG {
+                    let (cut, _) = product(shape, a_transposed, b_far_rows, false, ig);
+                    let same = got
+                        .iter()
+                        .zip(&cut)
+                        .all(|(x, y)| x.to_bits() == y.to_bits());
+                    assert!(same, "{shape:?}: jobs of {ig} tiles change the result");
+                }
                 if both {
-                    let (wide_c, _) = product(shape, a_transposed, b_far_rows, true);
+                    let (wide_c, _) = product(shape, a_transposed, b_far_rows, true, IG);
                     let same = got
                         .iter()
                         .zip(&wide_c)
@@ -130,4 +140,45 @@ fn avx2_tiles_match_avx512_bits_and_the_f64_product() {
     }
     assert_eq!(checked, shapes.len() * 4);
     eprintln!("checked at {:?}", Isa::detected());
+}
+
+#[test]
+fn few_jobs_are_cut_so_the_threads_share_the_tiles_evenly() {
+    let gemm = |ni: usize, nm: usize| Gemm {
+        a: Strided {
+            ptr: std::ptr::null(),
+            rs: 0,
+            xs: 1,
+        },
+        b: Strided {
+            ptr: std::ptr::null(),
+            rs: 1,
+            xs: 0,
+        },
+        c: std::ptr::null_mut(),
+        cm: ni,
+        ni,
+        nm,
+        nr: 1,
+        bf16: false,
+    };
+    // SmolLM2's head gradient per 128-token chunk: 18 tiles, 4 a job would load 12 : 6.
+    assert_eq!(gemm(576, 128).tiles_per_job(1, 2), 3);
+    // Many jobs: the default, which reuses B most.
+    assert_eq!(gemm(576, 1024).tiles_per_job(1, 2), IG);
+    assert_eq!(gemm(1536, 1024).tiles_per_job(1, 2), IG);
+    assert_eq!(gemm(576, 128).tiles_per_job(1, 1), IG);
+    // Every choice cuts into at least as many jobs as the default.
+    for ni in [1, 31, 32, 100, 576, 1536, 2048] {
+        for nm in [1, 7, 128, 300, 1024] {
+            for nth in 1..=4 {
+                let g = gemm(ni, nm);
+                let ig = g.tiles_per_job(2, nth);
+                assert!(
+                    (1..=IG).contains(&ig) && g.jobs(ig) >= g.jobs(IG),
+                    "{ni} {nm} {nth}"
+                );
+            }
+        }
+    }
 }
