@@ -589,7 +589,7 @@ unsafe fn flush<S: Lanes16>(
 }
 
 /// `acc[c][·] += Σ_r w[r][·] · rows[r][c]` for `c < width` (`acc` `[width][16]`, `w`
-/// `[rows][16]`), eight columns in registers at a time, rows in order.
+/// `[rows][16]`), eight columns in registers at a time (four on AVX2), rows in order.
 ///
 /// # Safety
 /// `S`'s instruction set; `acc` holds `width` rows of 16, `w` `rows.len()` rows of 16, each row pointer
@@ -603,10 +603,16 @@ unsafe fn accumulate_rows<S: Lanes16>(
     width: usize,
 ) {
     let mut c = 0;
-    while c + 8 <= width {
+    while S::WIDE && c + 8 <= width {
         // SAFETY: columns c..c+8 < width.
         unsafe { accumulate_cols::<S, 8>(acc, w, rows, c) };
         c += 8;
+    }
+    // AVX2: 8 sums are 16 registers, which spill; 4 are 8.
+    while !S::WIDE && c + 4 <= width {
+        // SAFETY: columns c..c+4 < width.
+        unsafe { accumulate_cols::<S, 4>(acc, w, rows, c) };
+        c += 4;
     }
     while c < width {
         // SAFETY: column c < width.

@@ -274,14 +274,18 @@ unsafe fn attend<S: Lanes16>(
             unsafe { load_row::<S>(v, j0 + jj, hk, &mut s.v_blk[jj * dv..(jj + 1) * dv]) };
         }
         sum = S::add(sum, psum);
-        // acc[c] += Σ_jj p[jj] · v[jj][c], eight value columns at a time in registers.
+        // acc[c] += Σ_jj p[jj] · v[jj][c], eight value columns at a time in registers (four
+        // with AVX2, whose 16 registers hold 8 only as 16 halves and spill).
         let mut c = 0;
         while c < dv {
             // SAFETY: rows c..c+8 (or c) of acc, rows jj < nb of p and v_blk (dv values each).
             unsafe {
-                if c + 8 <= dv {
+                if S::WIDE && c + 8 <= dv {
                     accumulate::<S, 8>(&mut s.acc, &s.p, &s.v_blk, dv, nb, c);
                     c += 8;
+                } else if !S::WIDE && c + 4 <= dv {
+                    accumulate::<S, 4>(&mut s.acc, &s.p, &s.v_blk, dv, nb, c);
+                    c += 4;
                 } else {
                     accumulate::<S, 1>(&mut s.acc, &s.p, &s.v_blk, dv, nb, c);
                     c += 1;
@@ -447,7 +451,35 @@ pub(crate) unsafe fn lane_dots4<S: Lanes16>(
     rows: [*const f32; 4],
     d: usize,
 ) -> [S::V; 4] {
-    let mut a = [[S::zero(); 2]; 4];
+    if S::WIDE {
+        // SAFETY: the caller's contract.
+        return unsafe { lane_dots_rows::<S, 4>(t, rows, d) };
+    }
+    // Two ymm registers a value: 4 rows' 8 sums, two rows of t and a broadcast would need
+    // 21 of the 16 (spilled in every step); two rows at a time need 13. Each row's sums are
+    // the same operations in the same order either way.
+    // SAFETY: the caller's contract.
+    let [a, b] = unsafe {
+        [
+            lane_dots_rows::<S, 2>(t, [rows[0], rows[1]], d),
+            lane_dots_rows::<S, 2>(t, [rows[2], rows[3]], d),
+        ]
+    };
+    [a[0], a[1], b[0], b[1]]
+}
+
+/// [`lane_dots4`] for `R` rows at once.
+///
+/// # Safety
+/// As [`lane_dots4`].
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn lane_dots_rows<S: Lanes16, const R: usize>(
+    t: &[f32],
+    rows: [*const f32; R],
+    d: usize,
+) -> [S::V; R] {
+    let mut a = [[S::zero(); 2]; R];
     let mut c = 0;
     while c + 2 <= d {
         // SAFETY: c + 1 < d rows of t and values of each row.

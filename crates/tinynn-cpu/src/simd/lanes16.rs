@@ -24,6 +24,9 @@ use super::vexp;
 pub(crate) trait Lanes16 {
     type V: Copy;
     type Vi: Copy;
+    /// One register per value (32 of them: AVX-512); else two of 16 (AVX2), so a kernel
+    /// keeping 8 values live spills, and keeps 4.
+    const WIDE: bool;
     unsafe fn zero() -> Self::V;
     unsafe fn splat(x: f32) -> Self::V;
     unsafe fn load(p: *const f32) -> Self::V;
@@ -64,6 +67,7 @@ pub(crate) struct Wide;
 impl Lanes16 for Wide {
     type V = __m512;
     type Vi = __m512i;
+    const WIDE: bool = true;
     #[inline(always)]
     unsafe fn zero() -> __m512 {
         _mm512_setzero_ps()
@@ -191,6 +195,7 @@ unsafe fn bits_of(lo: __m256, hi: __m256) -> u16 {
 impl Lanes16 for Pair {
     type V = [__m256; 2];
     type Vi = [__m256i; 2];
+    const WIDE: bool = false;
     #[inline(always)]
     unsafe fn zero() -> [__m256; 2] {
         [_mm256_setzero_ps(); 2]
