@@ -376,3 +376,65 @@ fn a_packed_copy_can_stand_in_for_dropped_bytes() {
     assert!(!mem.drop_packed_source(&plan, wt).unwrap());
     assert_eq!(mem.persistent(&plan, wt).unwrap().len(), w.len());
 }
+
+/// Weights whose quants are all at the top of their range (one low value per block sets the
+/// minimum) against activations all at ±127: the largest integer sums a block's kernel adds
+/// up (the AVX2 tiles sum byte products in 16 bits before widening them), for every tile size.
+#[test]
+fn extreme_quants_and_activations_give_the_reference_sums() {
+    for ty in [
+        GgmlType::Q4_0,
+        GgmlType::Q4_1,
+        GgmlType::Q5_0,
+        GgmlType::Q5_1,
+        GgmlType::Q8_0,
+    ] {
+        let (k, n) = (576, 37);
+        // The one low value per block that puts every other quant at the top: the formats
+        // with a minimum take it as that; the symmetric ones map their largest magnitude to
+        // the bottom (−8 or −16 steps), so it is −8/7 or −16/15 of the rest.
+        let low = match ty {
+            GgmlType::Q4_0 => -8.0 / 7.0,
+            GgmlType::Q5_0 => -16.0 / 15.0,
+            _ => -0.9,
+        };
+        let x: Vec<f32> = (0..k * n)
+            .map(|i| if i % 32 == 5 { low } else { 1.0 })
+            .collect();
+        let rb = quant::row_bytes(ty, k).unwrap();
+        let mut w = vec![0u8; rb * n];
+        for (src, dst) in x.chunks_exact(k).zip(w.chunks_exact_mut(rb)) {
+            quant::quantize_row(ty, src, dst).unwrap();
+        }
+        let p = packed::pack_always(ty, [k, n, 1, 1], &w).unwrap();
+        if !packed::packs(ty) {
+            continue;
+        }
+        for sign in [1.0f32, -1.0] {
+            for m in [1usize, 2, 3, 8, 13] {
+                let xs = vec![sign; k * m];
+                let arb = p.activation_row_bytes();
+                let mut acts = vec![0u8; arb * m];
+                for (xr, ar) in xs.chunks_exact(k).zip(acts.chunks_exact_mut(arb)) {
+                    p.prepare_activations(xr, ar);
+                }
+                let mut want = vec![0f32; m * n];
+                for t in 0..m {
+                    for r in 0..n {
+                        want[t * n + r] =
+                            reference_dot(ty, k, &w[r * rb..][..rb], &acts[t * arb..][..arb]);
+                    }
+                }
+                let scale = want.iter().fold(0f32, |a, v| a.max(v.abs()));
+                let mut simd = vec![f32::NAN; m * n];
+                p.matmul(&acts, m, &mut simd);
+                for (i, (&g, &e)) in simd.iter().zip(&want).enumerate() {
+                    assert!(
+                        close(g, e, scale),
+                        "{ty} sign {sign} m={m} [{i}]: {g} vs {e}"
+                    );
+                }
+            }
+        }
+    }
+}

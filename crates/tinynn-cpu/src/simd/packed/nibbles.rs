@@ -200,6 +200,20 @@ mod avx2 {
 
     use super::{block_bytes, planes_at, quants_at, M_AT};
 
+    /// Byte-pair products (`vpmaddubsw` lanes) a 16-bit sum takes before it is widened:
+    /// a lane is `w₀x₀ + w₁x₁` with weights below 16 (4 bits) or 32 (5) and activations in
+    /// −128..=127, so at most 2·15·128 = 3840 or 2·31·128 = 7936 in magnitude; 8 of the first
+    /// (30720) or 4 of the second (31744) stay inside an i16, so the sums are exact and the
+    /// result is the one a widening per product gives, with 1 or 2 `vpmaddwd` a block
+    /// instead of 8.
+    const fn i16_terms<const HIGH: bool>() -> usize {
+        if HIGH {
+            4
+        } else {
+            8
+        }
+    }
+
     /// 0x10 in the bytes of `bits` (byte i: bit i) that are set.
     ///
     /// # Safety
@@ -290,13 +304,19 @@ mod avx2 {
                         } else {
                             _mm256_set1_epi32(-OFF * i32::from((head >> 16) as i16))
                         };
+                        // The byte products summed in 16 bits first (see `I16_TERMS`), then
+                        // widened: the same integers, fewer multiplies.
+                        let mut s16 = [_mm256_setzero_si256(); 2];
                         for j in 0..4 {
                             let xl = (xb.add(4 + 4 * j) as *const i32).read_unaligned();
                             let xh = (xb.add(20 + 4 * j) as *const i32).read_unaligned();
                             let pl = _mm256_maddubs_epi16(lo[j], _mm256_set1_epi32(xl));
                             let ph = _mm256_maddubs_epi16(hi[j], _mm256_set1_epi32(xh));
-                            acc = _mm256_add_epi32(acc, _mm256_madd_epi16(pl, ones));
-                            acc = _mm256_add_epi32(acc, _mm256_madd_epi16(ph, ones));
+                            let k = 2 * j / i16_terms::<HIGH>();
+                            s16[k] = _mm256_add_epi16(s16[k], _mm256_add_epi16(pl, ph));
+                        }
+                        for s in &s16[..8 / i16_terms::<HIGH>()] {
+                            acc = _mm256_add_epi32(acc, _mm256_madd_epi16(*s, ones));
                         }
                         let da = _mm256_broadcastss_ps(ds);
                         *ft = _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc), _mm256_mul_ps(d, da), *ft);
@@ -351,10 +371,13 @@ mod avx2 {
                     _mm256_set1_epi32(-OFF * i32::from((head >> 16) as i16))
                 };
                 let mut acc = [init; 2];
+                // Per half, the byte products summed in 16 bits first (see `I16_TERMS`).
+                let mut s16 = [[_mm256_setzero_si256(); 2]; 2];
                 for j in 0..4 {
                     let xl = _mm256_set1_epi32((xb.add(4 + 4 * j) as *const i32).read_unaligned());
                     let xh = _mm256_set1_epi32((xb.add(20 + 4 * j) as *const i32).read_unaligned());
-                    for (h, a) in acc.iter_mut().enumerate() {
+                    let k = 2 * j / i16_terms::<HIGH>();
+                    for (h, sh) in s16.iter_mut().enumerate() {
                         let q = _mm256_loadu_si256(wb.add(qa + 64 * j + 32 * h) as *const __m256i);
                         let mut lo = _mm256_and_si256(q, m4);
                         let mut hi = _mm256_and_si256(_mm256_srli_epi16::<4>(q), m4);
@@ -365,9 +388,14 @@ mod avx2 {
                             lo = _mm256_add_epi8(lo, fifth_bits(kl));
                             hi = _mm256_add_epi8(hi, fifth_bits(kh));
                         }
-                        let pl = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, xl), ones);
-                        let ph = _mm256_madd_epi16(_mm256_maddubs_epi16(hi, xh), ones);
-                        *a = _mm256_add_epi32(_mm256_add_epi32(*a, pl), ph);
+                        let pl = _mm256_maddubs_epi16(lo, xl);
+                        let ph = _mm256_maddubs_epi16(hi, xh);
+                        sh[k] = _mm256_add_epi16(sh[k], _mm256_add_epi16(pl, ph));
+                    }
+                }
+                for (a, sh) in acc.iter_mut().zip(&s16) {
+                    for s in &sh[..8 / i16_terms::<HIGH>()] {
+                        *a = _mm256_add_epi32(*a, _mm256_madd_epi16(*s, ones));
                     }
                 }
                 let da = _mm256_broadcastss_ps(ds);
