@@ -378,8 +378,9 @@ fn a_packed_copy_can_stand_in_for_dropped_bytes() {
 }
 
 /// Weights whose quants are all at the top of their range (one low value per block sets the
-/// minimum) against activations all at ±127: the largest integer sums a block's kernel adds
-/// up (the AVX2 tiles sum byte products in 16 bits before widening them), for every tile size.
+/// minimum) against activations all at ±127 (Q8_K: −128 and 127): the largest integer sums a
+/// block's kernel adds up (the AVX2 tiles sum byte products in 16 bits before widening them),
+/// for every tile size.
 #[test]
 fn extreme_quants_and_activations_give_the_reference_sums() {
     for ty in [
@@ -388,14 +389,20 @@ fn extreme_quants_and_activations_give_the_reference_sums() {
         GgmlType::Q5_0,
         GgmlType::Q5_1,
         GgmlType::Q8_0,
+        GgmlType::Q4K,
+        GgmlType::Q6K,
     ] {
-        let (k, n) = (576, 37);
+        let (k, n) = match ty {
+            GgmlType::Q4K | GgmlType::Q6K => (512, 37),
+            _ => (576, 37),
+        };
         // The one low value per block that puts every other quant at the top: the formats
         // with a minimum take it as that; the symmetric ones map their largest magnitude to
         // the bottom (−8 or −16 steps), so it is −8/7 or −16/15 of the rest.
         let low = match ty {
             GgmlType::Q4_0 => -8.0 / 7.0,
             GgmlType::Q5_0 => -16.0 / 15.0,
+            GgmlType::Q6K => -32.0 / 31.0,
             _ => -0.9,
         };
         let x: Vec<f32> = (0..k * n)

@@ -259,17 +259,23 @@ mod avx2 {
                             }
                             for (t, st) in sumi.iter_mut().enumerate() {
                                 let xq = x.add(t * x_stride + b * Q8K_BLOCK_BYTES + 4 + 64 * p);
-                                let mut al = _mm256_setzero_si256();
-                                let mut ah = _mm256_setzero_si256();
+                                // Four byte-pair products of 4-bit quants and Q8_K bytes
+                                // (each at most 2·15·128 = 3840 in magnitude) add up in 16
+                                // bits exactly, then widen once: the same integers as a
+                                // widening per product, 2 `vpmaddwd` instead of 8.
+                                let mut sl = _mm256_setzero_si256();
+                                let mut sh = _mm256_setzero_si256();
                                 for cc in 0..4 {
                                     let c = 4 * part + cc;
                                     let xl = (xq.add(4 * c) as *const i32).read_unaligned();
                                     let xh = (xq.add(32 + 4 * c) as *const i32).read_unaligned();
                                     let pl = _mm256_maddubs_epi16(lo[cc], _mm256_set1_epi32(xl));
                                     let ph = _mm256_maddubs_epi16(hi[cc], _mm256_set1_epi32(xh));
-                                    al = _mm256_add_epi32(al, _mm256_madd_epi16(pl, ones));
-                                    ah = _mm256_add_epi32(ah, _mm256_madd_epi16(ph, ones));
+                                    sl = _mm256_add_epi16(sl, pl);
+                                    sh = _mm256_add_epi16(sh, ph);
                                 }
+                                let al = _mm256_madd_epi16(sl, ones);
+                                let ah = _mm256_madd_epi16(sh, ones);
                                 *st = _mm256_add_epi32(*st, _mm256_mullo_epi32(al, sc_lo));
                                 *st = _mm256_add_epi32(*st, _mm256_mullo_epi32(ah, sc_hi));
                             }

@@ -204,10 +204,16 @@ mod avx2 {
                             let xb = x.add(t * x_stride + b * Q8K_BLOCK_BYTES);
                             let bs = (xb.add(260 + 2 * j) as *const i16).read_unaligned();
                             let mut acc = _mm256_set1_epi32(-32 * i32::from(bs));
-                            for (c, qc) in q.iter().enumerate() {
-                                let xa =
-                                    (xb.add(4 + 16 * j + 4 * c) as *const i32).read_unaligned();
-                                let pr = _mm256_maddubs_epi16(*qc, _mm256_set1_epi32(xa));
+                            // Two byte-pair products of 6-bit quants (stored + 32, below 64)
+                            // and Q8_K bytes, each at most 2·63·128 = 16128 in magnitude, add
+                            // up in 16 bits exactly before one widening.
+                            for (c, qp) in q.chunks_exact(2).enumerate() {
+                                let at = xb.add(4 + 16 * j + 8 * c);
+                                let x0 = (at as *const i32).read_unaligned();
+                                let x1 = (at.add(4) as *const i32).read_unaligned();
+                                let p0 = _mm256_maddubs_epi16(qp[0], _mm256_set1_epi32(x0));
+                                let p1 = _mm256_maddubs_epi16(qp[1], _mm256_set1_epi32(x1));
+                                let pr = _mm256_add_epi16(p0, p1);
                                 acc = _mm256_add_epi32(acc, _mm256_madd_epi16(pr, ones));
                             }
                             *st = _mm256_add_epi32(*st, _mm256_mullo_epi32(acc, sc));
