@@ -43,9 +43,10 @@ pub(crate) fn strided(
 /// result does not depend on the thread count).
 pub(crate) fn gemm_batches(ne: [usize; 4], ctx: &Ctx<'_>, make: impl Fn(usize, usize) -> Gemm) {
     let first = make(0, 0);
-    let ig = first.tiles_per_job(ne[2] * ne[3], ctx.nth);
+    let batches = ne[2] * ne[3];
+    let ig = first.tiles_per_job(batches, ctx.nth);
     let per = first.jobs(ig);
-    for job in split(per * ne[2] * ne[3], ctx.ith, ctx.nth) {
+    for job in first.thread_jobs(ig, batches, ctx.ith, ctx.nth) {
         let b = job / per;
         // SAFETY: gemm_fits() checked the ISA and dtypes; the callers build each batch's
         // operands inside its tensors (builder-checked shapes), dst never overlaps a source,

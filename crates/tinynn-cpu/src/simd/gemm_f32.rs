@@ -108,33 +108,72 @@ impl Gemm {
         self.i_groups(ig) * self.nm.div_ceil(MC)
     }
 
+    /// The work of job `job < jobs(ig)`: its output values (tiles of `i` × values of `m`).
+    fn job_load(&self, ig: usize, job: usize) -> usize {
+        let groups = self.i_groups(ig);
+        let (g, mc) = (job % groups, job / groups);
+        let tiles = ig.min(self.ni.div_ceil(NR) - g * ig);
+        tiles * MC.min(self.nm - mc * MC)
+    }
+
+    /// The jobs (of `batches` such products, numbered on across them) thread `ith` of `nth`
+    /// runs: contiguous runs of about equal work, each job going to the thread its middle
+    /// falls in. Jobs differ in size (the last `i` group and the last `m` chunk are partial),
+    /// so equal counts were not equal work: SmolLM2's `[576, 576]` weight gradient made
+    /// 15 jobs of 256 or 64 values of `m`, 8 : 7 jobs but 3 : 1 work on two threads.
+    pub(crate) fn thread_jobs(
+        &self,
+        ig: usize,
+        batches: usize,
+        ith: usize,
+        nth: usize,
+    ) -> std::ops::Range<usize> {
+        let per = self.jobs(ig);
+        let n = per * batches;
+        let nth = nth.max(1);
+        let loads = || (0..n).map(|j| self.job_load(ig, j % per));
+        let total: usize = loads().sum();
+        if total == 0 {
+            return if ith == 0 { 0..n } else { n..n };
+        }
+        let (mut start, mut end, mut before) = (n, n, 0);
+        for (j, load) in loads().enumerate() {
+            let owner = ((2 * before + load) * nth / (2 * total)).min(nth - 1);
+            if owner == ith && start == n {
+                start = j;
+            }
+            if owner > ith {
+                end = j;
+                break;
+            }
+            before += load;
+        }
+        start.min(end)..end
+    }
+
     /// The `i` tiles per job (at most `IG`) that load the busiest of `nth` threads least
-    /// when `batches` such products' jobs are split into `nth` contiguous runs (as
-    /// `kernels::matmul::gemm_batches` does); ties go to more tiles, which reuse each block
-    /// of B more. With few values of `m` the default cut is uneven: a 128-token chunk of
-    /// SmolLM2's head gradient (576 lanes of `i`, 18 tiles) makes 5 jobs of 4, 4, 4, 4 and 2
-    /// tiles, 12 : 6 on two threads; 3 tiles a job make 9 : 9.
+    /// under [`Gemm::thread_jobs`]' split of `batches` such products; more tiles (more reuse
+    /// of each block of B) unless fewer leave the busiest thread over 5% less. With few
+    /// values of `m` the default cut is uneven: a 128-token chunk of SmolLM2's head gradient
+    /// (576 lanes of `i`, 18 tiles) makes 5 jobs of 4, 4, 4, 4 and 2 tiles, 8 : 10 on two
+    /// threads at best; 3 tiles a job make 9 : 9.
     pub(crate) fn tiles_per_job(&self, batches: usize, nth: usize) -> usize {
-        let tiles = self.ni.div_ceil(NR);
-        let m_chunks = self.nm.div_ceil(MC);
         let busiest = |ig: usize| {
-            let per = self.i_groups(ig) * m_chunks;
-            let load = |job: usize| {
-                let (g, mc) = (job % self.i_groups(ig), job / self.i_groups(ig));
-                let t = ig.min(tiles - g * ig);
-                let m = MC.min(self.nm - mc * MC);
-                t * m
-            };
             (0..nth.max(1))
                 .map(|t| {
-                    crate::kernels::split(per * batches, t, nth.max(1))
-                        .map(|job| load(job % per))
+                    self.thread_jobs(ig, batches, t, nth)
+                        .map(|job| self.job_load(ig, job % self.jobs(ig)))
                         .sum::<usize>()
                 })
                 .max()
                 .unwrap_or(0)
         };
-        (1..=IG).rev().min_by_key(|&ig| busiest(ig)).unwrap_or(IG)
+        let loads: [usize; IG] = std::array::from_fn(|i| busiest(i + 1));
+        let best = loads.iter().copied().min().unwrap_or(0);
+        (1..=IG)
+            .rev()
+            .find(|&ig| loads[ig - 1] * 100 <= best * 105)
+            .unwrap_or(IG)
     }
 
     /// Job `job < jobs(ig)`.
