@@ -39,13 +39,48 @@ fn noise(n: usize, seed: u64) -> Vec<f32> {
 }
 
 fn quantized(ty: GgmlType, k: usize, n: usize, seed: u64) -> Vec<u8> {
-    let x = noise(k * n, seed);
+    quantize_rows(ty, &noise(k * n, seed), k)
+}
+
+/// Rows of `k` values of `x` in format `ty`.
+fn quantize_rows(ty: GgmlType, x: &[f32], k: usize) -> Vec<u8> {
     let rb = quant::row_bytes(ty, k).unwrap();
-    let mut out = vec![0u8; rb * n];
+    let mut out = vec![0u8; rb * (x.len() / k)];
     for (src, dst) in x.chunks_exact(k).zip(out.chunks_exact_mut(rb)) {
         quant::quantize_row(ty, src, dst).unwrap();
     }
     out
+}
+
+/// Rows of `k` values of `x` as `p`'s kernels take them.
+fn prepared(p: &PackedWeight, x: &[f32], k: usize) -> Vec<u8> {
+    let arb = p.activation_row_bytes();
+    let mut acts = vec![0u8; arb * (x.len() / k)];
+    for (xr, ar) in x.chunks_exact(k).zip(acts.chunks_exact_mut(arb)) {
+        p.prepare_activations(xr, ar);
+    }
+    acts
+}
+
+/// `[m][n]`: the format's reference dot of every weight row of `w` (`n` rows of `k`) with
+/// every prepared activation row of `acts` (`arb` bytes each).
+fn reference_product(
+    ty: GgmlType,
+    k: usize,
+    n: usize,
+    w: &[u8],
+    acts: &[u8],
+    arb: usize,
+) -> Vec<f32> {
+    let rb = quant::row_bytes(ty, k).unwrap();
+    let m = acts.len() / arb;
+    let mut want = vec![0f32; m * n];
+    for t in 0..m {
+        for r in 0..n {
+            want[t * n + r] = reference_dot(ty, k, &w[r * rb..][..rb], &acts[t * arb..][..arb]);
+        }
+    }
+    want
 }
 
 /// The file format's own reference dot of weight row `row` with packed activation row `act`.
@@ -124,20 +159,9 @@ fn packed_reference_and_simd_match_the_format_reference() {
             assert_eq!(p.shape(), [k, n]);
             for m in [1usize, 2, 3, 5, 8, 11, 13, 17, 30] {
                 let x = noise(k * m, 99 + m as u64);
-                let arb = p.activation_row_bytes();
-                let mut acts = vec![0u8; arb * m];
-                for (xr, ar) in x.chunks_exact(k).zip(acts.chunks_exact_mut(arb)) {
-                    p.prepare_activations(xr, ar);
-                }
+                let acts = prepared(&p, &x, k);
                 check_float_activations(ty, &x, &acts);
-                let mut want = vec![0f32; m * n];
-                let rb = quant::row_bytes(ty, k).unwrap();
-                for t in 0..m {
-                    for r in 0..n {
-                        want[t * n + r] =
-                            reference_dot(ty, k, &w[r * rb..][..rb], &acts[t * arb..][..arb]);
-                    }
-                }
+                let want = reference_product(ty, k, n, &w, &acts, p.activation_row_bytes());
                 let scale = want.iter().fold(0f32, |a, v| a.max(v.abs()));
                 let mut got = vec![f32::NAN; m * n];
                 p.matmul_ref(&acts, m, &mut got);
@@ -408,30 +432,15 @@ fn extreme_quants_and_activations_give_the_reference_sums() {
         let x: Vec<f32> = (0..k * n)
             .map(|i| if i % 32 == 5 { low } else { 1.0 })
             .collect();
-        let rb = quant::row_bytes(ty, k).unwrap();
-        let mut w = vec![0u8; rb * n];
-        for (src, dst) in x.chunks_exact(k).zip(w.chunks_exact_mut(rb)) {
-            quant::quantize_row(ty, src, dst).unwrap();
-        }
+        let w = quantize_rows(ty, &x, k);
         let p = packed::pack_always(ty, [k, n, 1, 1], &w).unwrap();
         if !packed::packs(ty) {
             continue;
         }
         for sign in [1.0f32, -1.0] {
             for m in [1usize, 2, 3, 8, 13] {
-                let xs = vec![sign; k * m];
-                let arb = p.activation_row_bytes();
-                let mut acts = vec![0u8; arb * m];
-                for (xr, ar) in xs.chunks_exact(k).zip(acts.chunks_exact_mut(arb)) {
-                    p.prepare_activations(xr, ar);
-                }
-                let mut want = vec![0f32; m * n];
-                for t in 0..m {
-                    for r in 0..n {
-                        want[t * n + r] =
-                            reference_dot(ty, k, &w[r * rb..][..rb], &acts[t * arb..][..arb]);
-                    }
-                }
+                let acts = prepared(&p, &vec![sign; k * m], k);
+                let want = reference_product(ty, k, n, &w, &acts, p.activation_row_bytes());
                 let scale = want.iter().fold(0f32, |a, v| a.max(v.abs()));
                 let mut simd = vec![f32::NAN; m * n];
                 p.matmul(&acts, m, &mut simd);

@@ -142,9 +142,9 @@ fn avx2_tiles_match_avx512_bits_and_the_f64_product() {
     eprintln!("checked at {:?}", Isa::detected());
 }
 
-#[test]
-fn few_jobs_are_cut_so_the_threads_share_the_tiles_evenly() {
-    let gemm = |ni: usize, nm: usize| Gemm {
+/// A product of `ni` × `nm` outputs with no operands: for how its work is cut, never run.
+fn shape_only(ni: usize, nm: usize) -> Gemm {
+    Gemm {
         a: Strided {
             ptr: std::ptr::null(),
             rs: 0,
@@ -161,18 +161,22 @@ fn few_jobs_are_cut_so_the_threads_share_the_tiles_evenly() {
         nm,
         nr: 1,
         bf16: false,
-    };
+    }
+}
+
+#[test]
+fn few_jobs_are_cut_so_the_threads_share_the_tiles_evenly() {
     // SmolLM2's head gradient per 128-token chunk: 18 tiles, 4 a job load 8 : 10 at best.
-    assert_eq!(gemm(576, 128).tiles_per_job(1, 2), 3);
+    assert_eq!(shape_only(576, 128).tiles_per_job(1, 2), 3);
     // Many jobs: the default, which reuses B most.
-    assert_eq!(gemm(576, 1024).tiles_per_job(1, 2), IG);
-    assert_eq!(gemm(1536, 1024).tiles_per_job(1, 2), IG);
-    assert_eq!(gemm(576, 128).tiles_per_job(1, 1), IG);
+    assert_eq!(shape_only(576, 1024).tiles_per_job(1, 2), IG);
+    assert_eq!(shape_only(1536, 1024).tiles_per_job(1, 2), IG);
+    assert_eq!(shape_only(576, 128).tiles_per_job(1, 1), IG);
     // Every choice cuts into at least as many jobs as the default.
     for ni in [1, 31, 32, 100, 576, 1536, 2048] {
         for nm in [1, 7, 128, 300, 1024] {
             for nth in 1..=4 {
-                let g = gemm(ni, nm);
+                let g = shape_only(ni, nm);
                 let ig = g.tiles_per_job(2, nth);
                 assert!(
                     (1..=IG).contains(&ig) && g.jobs(ig) >= g.jobs(IG),
@@ -185,29 +189,11 @@ fn few_jobs_are_cut_so_the_threads_share_the_tiles_evenly() {
 
 #[test]
 fn threads_get_every_job_once_in_runs_of_about_equal_work() {
-    let gemm = |ni: usize, nm: usize| Gemm {
-        a: Strided {
-            ptr: std::ptr::null(),
-            rs: 0,
-            xs: 1,
-        },
-        b: Strided {
-            ptr: std::ptr::null(),
-            rs: 1,
-            xs: 0,
-        },
-        c: std::ptr::null_mut(),
-        cm: ni,
-        ni,
-        nm,
-        nr: 1,
-        bf16: false,
-    };
     for ni in [1, 31, 32, 100, 576, 1536] {
         for nm in [1, 7, 128, 300, 576, 1024] {
             for batches in [1, 3] {
                 for nth in 1..=5 {
-                    let g = gemm(ni, nm);
+                    let g = shape_only(ni, nm);
                     for ig in 1..=IG {
                         let n = g.jobs(ig) * batches;
                         let mut next = 0;
@@ -233,7 +219,7 @@ fn threads_get_every_job_once_in_runs_of_about_equal_work() {
     }
     // SmolLM2's [576, 576] weight gradient (m chunks of 256, 256 and 64): by job counts
     // the two threads' work was 3 : 1; now within 10%.
-    let g = gemm(576, 576);
+    let g = shape_only(576, 576);
     let ig = g.tiles_per_job(1, 2);
     let [a, b] = [0, 1].map(|t| {
         g.thread_jobs(ig, 1, t, 2)
