@@ -51,6 +51,12 @@ pub struct LoopArgs {
     /// (AVX-512 BF16; plain f32 where the CPU lacks it); weights and optimizer state stay f32.
     #[arg(long)]
     pub bf16: bool,
+    /// QLoRA: gradient products through the quantized base in f32 (dequantized weights)
+    /// instead of int8 (the base's transpose requantized to Q8_0 and the gradients quantized
+    /// to 8 bits per 32 values, as activations are in the forward pass: faster, the
+    /// default).
+    #[arg(long)]
+    pub f32_backward: bool,
     /// Micro-batches per optimizer step (gradient accumulation).
     #[arg(long, default_value_t = 1)]
     pub accum: usize,
@@ -141,6 +147,7 @@ impl LoopArgs {
             clip: self.clip,
             threads: self.threads(),
             bf16_matmul: self.bf16,
+            int8_backward: !self.f32_backward,
             trace: self.trace.is_some(),
             lora,
             overlap_bytes: match self.overlap {
@@ -172,6 +179,9 @@ impl LoopArgs {
         });
         if ranks > 1 {
             run["ranks"] = ranks.into();
+        }
+        if self.f32_backward {
+            run["f32_backward"] = true.into();
         }
         if let (Some(run), serde_json::Value::Object(extra)) = (run.as_object_mut(), extra) {
             run.extend(extra);

@@ -544,3 +544,56 @@ fn a_gguf_model_from_a_hugging_face_directory_is_refused_before_training() {
     );
     assert!(dir.path().join("adapter-only/adapter.gguf").exists());
 }
+
+/// QLoRA on the fixture converted to Q8_0: the gradient products through the base are int8 by
+/// default and f32 with `--f32-backward`. The first step's loss (forward only) is the same
+/// bits; the later ones differ where the packed kernels run, and stay close.
+#[test]
+fn f32_backward_switches_the_qlora_gradient_products() {
+    let dir = tempfile::tempdir().unwrap();
+    let q8 = dir.path().join("tiny-q8_0.gguf");
+    let mut cmd = tnn();
+    cmd.arg("convert").arg(tiny_model()).arg(&q8).arg("q8_0");
+    let out = run_measured(&mut cmd);
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    let data = text_file(dir.path());
+    let run = |name: &str, extra: &[&str]| {
+        let out_dir = dir.path().join(name);
+        let mut cmd = tnn();
+        cmd.args(["finetune", "-m"])
+            .arg(&q8)
+            .arg("--data")
+            .arg(&data)
+            .args(["--lora", "--rank", "4", "--targets", "q,v,up,down"])
+            .args([
+                "--seq",
+                "16",
+                "--batch",
+                "2",
+                "--lr",
+                "1e-2",
+                "--eval-frac",
+                "0",
+            ])
+            .args(["-t", "2", "--seed", "3", "--steps", "4", "--out"])
+            .arg(&out_dir)
+            .args(extra);
+        let out = run_measured(&mut cmd);
+        assert_eq!(out.code, Some(0), "{}", out.stderr);
+        losses(&out_dir)
+    };
+    let (int8, f32s) = (run("int8", &[]), run("f32", &["--f32-backward"]));
+    assert_eq!(int8.len(), 4);
+    assert_eq!(int8[0], f32s[0], "step 1 is the same forward pass");
+    let mut differ = false;
+    for (&(_, a), &(_, b)) in int8.iter().zip(&f32s) {
+        let (a, b) = (f32::from_bits(a), f32::from_bits(b));
+        assert!((a - b).abs() < 0.02 * b.abs(), "{a} vs {b}");
+        differ |= a != b;
+    }
+    if tinynn_cpu::packed::packs(tinynn_format::GgmlType::Q8_0) {
+        assert!(differ, "the int8 products were not taken");
+    } else {
+        assert!(!differ, "no packed kernels: both runs are f32");
+    }
+}

@@ -74,6 +74,16 @@ pub trait Backend: Send {
     /// backend's kernels, or `None` when the backend uses the bytes as they are.
     fn pack(&self, dtype: GgmlType, ne: [usize; 4], bytes: &[u8]) -> Option<Self::Packed>;
 
+    /// Adds to `packed`, the copy of a frozen weight of a training graph, what makes its
+    /// gradient product `Wᵀ·dy` (`mul_mat_t`) faster than reading the weight itself, at some
+    /// cost in precision (the CPU backend: `Wᵀ` requantized to Q8_0 for its integer kernels,
+    /// `dy` quantized as activations). False when the backend adds nothing; the product then
+    /// reads the weight as before.
+    fn pack_backward(&self, packed: &mut Self::Packed) -> bool {
+        let _ = packed;
+        false
+    }
+
     /// Bytes a packed copy takes.
     fn packed_bytes(packed: &Self::Packed) -> usize;
 

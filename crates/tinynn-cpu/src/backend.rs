@@ -46,6 +46,10 @@ impl Backend for Executor {
         crate::packed::pack(dtype, ne, bytes)
     }
 
+    fn pack_backward(&self, packed: &mut PackedWeight) -> bool {
+        packed.add_backward_q8_0()
+    }
+
     fn packed_bytes(packed: &PackedWeight) -> usize {
         packed.bytes()
     }

@@ -33,13 +33,20 @@ pub fn work_bytes(graph: &Graph, node: TensorId) -> usize {
             quant::row_bytes(dot, b.ne[0]).unwrap_or(0) * b.n_rows()
         }
         // A non-F32 weight's gradient product: a panel of dequantized rows and a partial
-        // product (the CPU backend's `mul_mat_t`).
+        // product, or with a transposed Q8_0 copy of the weight, dy's rows as Q8_1 blocks
+        // (the CPU backend's `mul_mat_t`).
         Op::MulMatT => {
-            let (w, d) = (graph.layout(n.src[0]), graph.layout(node));
+            let (w, dy, d) = (
+                graph.layout(n.src[0]),
+                graph.layout(n.src[1]),
+                graph.layout(node),
+            );
             if w.dtype == GgmlType::F32 {
                 0
             } else {
-                4 * w.ne[0] * (w.ne[1].min(MUL_MAT_T_PANEL_ROWS) + d.ne[1])
+                let panels = 4 * w.ne[0] * (w.ne[1].min(MUL_MAT_T_PANEL_ROWS) + d.ne[1]);
+                let acts = quant::row_bytes(GgmlType::Q8_1, dy.ne[0]).unwrap_or(0) * dy.n_rows();
+                panels.max(acts)
             }
         }
         // Query rows on the one-row path over an F16 cache that can reach the split view: a

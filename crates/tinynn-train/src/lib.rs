@@ -29,6 +29,7 @@ pub mod ema;
 pub mod error;
 pub mod export;
 mod grad_reduce;
+mod int8_backward;
 mod leaves;
 pub mod lora;
 pub mod metrics;

@@ -17,6 +17,7 @@ use tinynn_models::llama::Hparams;
 use crate::collective::Solo;
 use crate::error::{backend_err, Result, TrainError};
 use crate::grad_reduce::GradReducer;
+use crate::int8_backward::wants_int8_backward;
 use crate::lora::LoraConfig;
 use crate::model::{BatchShape, LoraGraph};
 use crate::optim::Optimizer;
@@ -54,6 +55,12 @@ pub struct TrainConfig {
     /// to bf16 and accumulate in f32 (`tinynn_cpu::ExecOptions::bf16_matmul`; needs AVX-512
     /// BF16, f32 otherwise). Off by default.
     pub bf16_matmul: bool,
+    /// QLoRA: the gradient products through a quantized frozen base (`Wᵀ·dy`) run on the
+    /// backend's integer kernels (`Backend::pack_backward`; the CPU backend: `Wᵀ`
+    /// requantized to Q8_0, `dy` quantized to 8 bits per 32 values as activations are), not
+    /// on dequantized f32 weights — all but the output head's, whose `dy` is the loss's
+    /// gradient (`int8_backward.rs` says why). On by default; off gives the f32 products.
+    pub int8_backward: bool,
     /// Data-parallel steps: up to this many bytes of gradients are summed across the ranks
     /// during the last micro-batch's backward pass, each as soon as it is final, from a
     /// staging copy of that size (default [`crate::OVERLAP_BYTES`], 1 GiB; 0:
@@ -75,6 +82,7 @@ impl Default for TrainConfig {
             trace: false,
             lora: None,
             bf16_matmul: false,
+            int8_backward: true,
             overlap_bytes: crate::OVERLAP_BYTES,
         }
     }
@@ -245,7 +253,13 @@ impl<B: Backend> Trainer<B> {
                     None
                 } else {
                     let ne = [f.dims[0], f.dims.get(1).copied().unwrap_or(1), 1, 1];
-                    backend.pack(f.dtype, ne, bytes)
+                    backend.pack(f.dtype, ne, bytes).map(|mut p| {
+                        let graph = grad.plan.graph();
+                        if cfg.int8_backward && wants_int8_backward(graph, gt) {
+                            backend.pack_backward(&mut p);
+                        }
+                        p
+                    })
                 };
             let Some(p) = packed else {
                 let written = backend.write(&mut grad.mem, &grad.plan, gt, 0, bytes);

@@ -84,6 +84,11 @@ impl Backend for Counting {
         Backend::pack(&self.cpu, dtype, ne, bytes)
     }
 
+    fn pack_backward(&self, packed: &mut Packed) -> bool {
+        self.count("pack_backward");
+        Backend::pack_backward(&self.cpu, packed)
+    }
+
     fn packed_bytes(packed: &Packed) -> usize {
         <Executor as Backend>::packed_bytes(packed)
     }
@@ -317,6 +322,10 @@ fn qlora_through_the_trait_is_the_cpu_trainer_bit_for_bit() {
         assert!(calls(&counts, "bind_packed") > 0);
         assert!(calls(&counts, "release_source") > 0);
         assert!(wrapped.memory().packed > 0);
+        // Every packed matrix with a gradient product is offered the int8 one, but the tied
+        // head (its product reads the loss's gradient); layer 0's q, k and v have none
+        // (nothing before them trains).
+        assert_eq!(calls(&counts, "pack_backward"), offered - 4);
     }
     same_training(&mut plain, &mut wrapped, 3);
     if calls(&counts, "release_source") > 0 {

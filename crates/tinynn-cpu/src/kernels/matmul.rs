@@ -168,7 +168,7 @@ pub(crate) fn mul_mat(a: &StepArgs<'_>, ctx: &Ctx<'_>) {
 /// A product with a packed weight (see `crate::packed`): each thread prepares its share of
 /// the activation rows (quantized, or rounded to f16) into the work buffer, a barrier, then each thread runs its share of the
 /// 16-row groups over all rows. `dst` is contiguous F32 `[n, rows…]`.
-fn mul_mat_packed(p: &PackedWeight, a: &StepArgs<'_>, ctx: &Ctx<'_>) {
+pub(super) fn mul_mat_packed(p: &PackedWeight, a: &StepArgs<'_>, ctx: &Ctx<'_>) {
     let (x, dst) = (a.src(1), a.dst);
     let (k, rows, arb) = (x.layout.ne[0], x.layout.n_rows(), p.activation_row_bytes());
     if rows <= FEW_ROWS && x.layout.nb[0] == 4 {

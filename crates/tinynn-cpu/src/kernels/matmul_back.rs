@@ -6,10 +6,11 @@
 //! ascending order, whatever the thread count.
 
 use super::copy::{read_chunk, CHUNK};
-use super::matmul::{gemm_batches, gemm_fits, strided};
+use super::matmul::{gemm_batches, gemm_fits, mul_mat_packed, strided};
 use super::{split, StepArgs, ERR_KERNEL};
 use crate::pool::Ctx;
 use crate::simd::gemm_f32::Gemm;
+use tinynn_format::GgmlType;
 
 pub(crate) fn mul_mat_t(a: &StepArgs<'_>, ctx: &Ctx<'_>) {
     let (w, dy, dst) = (a.src(0), a.src(1), a.dst);
@@ -28,6 +29,14 @@ pub(crate) fn mul_mat_t(a: &StepArgs<'_>, ctx: &Ctx<'_>) {
             nr: n,
             bf16: a.bf16_matmul,
         });
+    }
+    if let Some(t) = a.packed.and_then(|p| p.backward()) {
+        // Wᵀ requantized to Q8_0: dst = Wᵀ · dy is the forward product of that copy with
+        // dy's rows as activations (the executor hands out packed copies only off strict).
+        let fits = dy.layout.n_rows() * t.activation_row_bytes() <= a.work_len;
+        if fits && dy.layout.dtype == GgmlType::F32 && dst.layout.is_contiguous() {
+            return mul_mat_packed(t, a, ctx);
+        }
     }
     if !a.strict && quantized_fits(a, &w, &dy, &dst) {
         return mul_mat_t_dequantized(a, ctx);

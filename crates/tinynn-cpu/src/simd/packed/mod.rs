@@ -55,6 +55,7 @@ mod q6_kx16;
 mod q8_0x16;
 #[cfg(all(test, target_arch = "x86_64"))]
 mod tile_twins;
+mod transposed;
 mod wide;
 
 use std::ops::Range;
@@ -443,6 +444,8 @@ pub struct PackedWeight {
     n_rows: usize,
     /// In huge-page-backed memory: decode streams it from DRAM (see `huge_slab`).
     data: SlabBuf,
+    /// For a frozen training weight: its transpose for `mul_mat_t` (`transposed.rs`).
+    backward: Option<Box<PackedWeight>>,
 }
 
 /// Whether this machine runs packed kernels (AVX2 + FMA + F16C at least, and `TINYNN_ISA`
@@ -506,6 +509,7 @@ pub fn pack_always(ty: GgmlType, ne: [usize; 4], bytes: &[u8]) -> Option<PackedW
         k,
         n_rows,
         data,
+        backward: None,
     })
 }
 
@@ -524,9 +528,9 @@ impl PackedWeight {
         [self.k, self.n_rows]
     }
 
-    /// Bytes the packed copy occupies.
+    /// Bytes the packed copy occupies (with its transpose, if it has one).
     pub fn bytes(&self) -> usize {
-        self.data.len()
+        self.data.len() + self.backward.as_ref().map_or(0, |b| b.bytes())
     }
 
     /// Bytes of one row in the file's format.

@@ -1,0 +1,148 @@
+//! A frozen weight's transpose requantized to Q8_0, for its gradient product `Wᵀ·dy`
+//! (`mul_mat_t`): with it that product is a forward product of the integer kernels (`dy`'s
+//! rows quantized to Q8_1 blocks like any activations) instead of dequantized panels through
+//! the f32 GEMM.
+//!
+//! Not exact: `Wᵀ`'s values are rounded to 8 bits per 32 along the other axis (at most half a
+//! step of 1/127 of the block's largest), and `dy` to 8 bits per 32 (as the forward pass does
+//! to activations) — the same order as the bf16 rounding of the usual QLoRA backward.
+
+use tinynn_core::quant;
+use tinynn_format::GgmlType;
+
+use super::{pack, PackedWeight, GROUP_ROWS};
+
+/// Weight rows dequantized per pass while transposing (each pass writes whole 64-byte
+/// runs of 16 values into every transposed row).
+const PASS_ROWS: usize = GROUP_ROWS;
+
+impl PackedWeight {
+    /// Gives this copy its transpose for the gradient product ([`Self::transposed_q8_0`]);
+    /// false (and nothing changes) when there is none.
+    pub fn add_backward_q8_0(&mut self) -> bool {
+        self.backward = self.transposed_q8_0().map(Box::new);
+        self.backward.is_some()
+    }
+
+    /// The transpose `mul_mat_t` reads instead of this copy, if one was added.
+    pub fn backward(&self) -> Option<&PackedWeight> {
+        self.backward.as_deref()
+    }
+
+    /// `Wᵀ` (`[n_rows, k]` as ggml dims: `k` rows of `n_rows` values) requantized to Q8_0 and
+    /// packed, or `None` when `n_rows` is not whole Q8_0 blocks, the source type has no
+    /// dequantizer, the machine has no packed Q8_0 kernel, or the memory is refused.
+    pub fn transposed_q8_0(&self) -> Option<PackedWeight> {
+        let [k, n] = self.shape();
+        if !n.is_multiple_of(32) {
+            return None;
+        }
+        let mut t = Vec::new();
+        t.try_reserve_exact(k.checked_mul(n)?).ok()?;
+        t.resize(k * n, 0f32);
+        let mut rows = vec![0f32; PASS_ROWS * k];
+        for r0 in (0..n).step_by(PASS_ROWS) {
+            let nr = PASS_ROWS.min(n - r0);
+            for (r, row) in rows.chunks_exact_mut(k).take(nr).enumerate() {
+                if !self.dequantize_row(r0 + r, row) {
+                    return None;
+                }
+            }
+            // t[i·n + r0 + r] = W[r0 + r][i]: row i of Wᵀ gets this pass's nr values.
+            for (i, dst) in t.chunks_exact_mut(n).enumerate() {
+                for (r, d) in dst[r0..r0 + nr].iter_mut().enumerate() {
+                    *d = rows[r * k + i];
+                }
+            }
+        }
+        let row_bytes = quant::row_bytes(GgmlType::Q8_0, n).ok()?;
+        let mut bytes = vec![0u8; row_bytes * k];
+        for (src, dst) in t.chunks_exact(n).zip(bytes.chunks_exact_mut(row_bytes)) {
+            quant::quantize_row(GgmlType::Q8_0, src, dst).ok()?;
+        }
+        drop(t);
+        pack(GgmlType::Q8_0, [n, k, 1, 1], &bytes)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Weight rows of type `ty` from values in [-1, 1).
+    fn weight(ty: GgmlType, k: usize, n: usize, seed: u64) -> (Vec<f32>, Vec<u8>) {
+        let mut s = seed;
+        let vals: Vec<f32> = (0..k * n)
+            .map(|_| {
+                s = s
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                ((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+            })
+            .collect();
+        let rb = quant::row_bytes(ty, k).unwrap();
+        let mut bytes = vec![0u8; rb * n];
+        for (src, dst) in vals.chunks_exact(k).zip(bytes.chunks_exact_mut(rb)) {
+            quant::quantize_row(ty, src, dst).unwrap();
+        }
+        (vals, bytes)
+    }
+
+    #[test]
+    fn the_transpose_holds_the_weight_to_within_its_q8_0_rounding() {
+        if !crate::simd::required_by_test(
+            "packed Q8_0 kernels",
+            super::super::packs(GgmlType::Q8_0),
+        ) {
+            return;
+        }
+        // Row counts past one pass and one group; several source kinds.
+        for (ty, k, n) in [
+            (GgmlType::Q4_1, 64, 96),
+            (GgmlType::Q8_0, 96, 32),
+            (GgmlType::Q4_0, 32, 160),
+            (GgmlType::Q5_1, 128, 64),
+        ] {
+            let (_, bytes) = weight(ty, k, n, k as u64 * 31 + n as u64);
+            let p = pack(ty, [k, n, 1, 1], &bytes).unwrap();
+            let t = p.transposed_q8_0().unwrap();
+            assert_eq!(t.shape(), [n, k]);
+            assert_eq!(t.source_type(), GgmlType::Q8_0);
+            let mut wt = vec![0f32; n];
+            let mut rows = vec![vec![0f32; k]; n];
+            for (r, row) in rows.iter_mut().enumerate() {
+                assert!(p.dequantize_row(r, row));
+            }
+            for i in 0..k {
+                assert!(t.dequantize_row(i, &mut wt));
+                // Column i of W: row i of the transpose.
+                let col: Vec<f32> = rows.iter().map(|r| r[i]).collect();
+                for (b, (want, got)) in col.chunks_exact(32).zip(wt.chunks_exact(32)).enumerate() {
+                    let amax = want.iter().fold(0f32, |m, v| m.max(v.abs()));
+                    // Half a step of amax/127, plus the f16 scale's rounding.
+                    let tol = amax / 127.0 * 0.5 + amax * 1e-3 + 1e-7;
+                    for (j, (w, g)) in want.iter().zip(got).enumerate() {
+                        assert!(
+                            (w - g).abs() <= tol,
+                            "{ty} k={k} n={n}: Wt[{i}][{}] = {g}, W = {w}",
+                            b * 32 + j
+                        );
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn rows_that_are_not_whole_blocks_get_no_transpose() {
+        if !crate::simd::required_by_test(
+            "packed Q4_1 kernels",
+            super::super::packs(GgmlType::Q4_1),
+        ) {
+            return;
+        }
+        let (_, bytes) = weight(GgmlType::Q4_1, 64, 48, 7);
+        let p = pack(GgmlType::Q4_1, [64, 48, 1, 1], &bytes).unwrap();
+        assert!(p.transposed_q8_0().is_none());
+    }
+}
