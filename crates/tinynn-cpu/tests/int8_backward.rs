@@ -14,16 +14,10 @@ use tinynn_cpu::simd::required_by_test;
 use tinynn_cpu::{ExecOptions, Executor, Memory};
 use tinynn_format::GgmlType;
 
+mod common;
+
 fn noise(n: usize, seed: u64) -> Vec<f32> {
-    let mut s = seed | 1;
-    (0..n)
-        .map(|_| {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            (s >> 40) as f32 / (1u64 << 23) as f32 - 1.0
-        })
-        .collect()
+    common::Rng::new(seed).vec(n)
 }
 
 fn quantized(ty: GgmlType, k: usize, n: usize, seed: u64) -> Vec<u8> {

@@ -69,23 +69,16 @@ impl PackedWeight {
 mod tests {
     use super::*;
 
-    /// Weight rows of type `ty` from values in [-1, 1).
-    fn weight(ty: GgmlType, k: usize, n: usize, seed: u64) -> (Vec<f32>, Vec<u8>) {
-        let mut s = seed;
-        let vals: Vec<f32> = (0..k * n)
-            .map(|_| {
-                s = s
-                    .wrapping_mul(6364136223846793005)
-                    .wrapping_add(1442695040888963407);
-                ((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
-            })
-            .collect();
+    /// Rows of `k` values in [-1, 1) quantized to `ty`.
+    fn weight(ty: GgmlType, k: usize, n: usize, seed: u64) -> Vec<u8> {
+        let mut rng = tinynn_core::rng::Rng::new(seed);
+        let vals: Vec<f32> = (0..k * n).map(|_| rng.range_f32(-1.0, 1.0)).collect();
         let rb = quant::row_bytes(ty, k).unwrap();
         let mut bytes = vec![0u8; rb * n];
         for (src, dst) in vals.chunks_exact(k).zip(bytes.chunks_exact_mut(rb)) {
             quant::quantize_row(ty, src, dst).unwrap();
         }
-        (vals, bytes)
+        bytes
     }
 
     #[test]
@@ -103,7 +96,7 @@ mod tests {
             (GgmlType::Q4_0, 32, 160),
             (GgmlType::Q5_1, 128, 64),
         ] {
-            let (_, bytes) = weight(ty, k, n, k as u64 * 31 + n as u64);
+            let bytes = weight(ty, k, n, k as u64 * 31 + n as u64);
             let p = pack(ty, [k, n, 1, 1], &bytes).unwrap();
             let t = p.transposed_q8_0().unwrap();
             assert_eq!(t.shape(), [n, k]);
@@ -141,7 +134,7 @@ mod tests {
         ) {
             return;
         }
-        let (_, bytes) = weight(GgmlType::Q4_1, 64, 48, 7);
+        let bytes = weight(GgmlType::Q4_1, 64, 48, 7);
         let p = pack(GgmlType::Q4_1, [64, 48, 1, 1], &bytes).unwrap();
         assert!(p.transposed_q8_0().is_none());
     }
