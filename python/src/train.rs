@@ -104,9 +104,11 @@ impl Trainer {
     /// A trainer over `model` (a `tinynn.Model`). `lora`: train an adapter of `rank` /
     /// `alpha` on `targets` (default "q,v"; Mamba "in,out"), else every weight. Each step
     /// takes `accum · batch · seq` token ids. `schedule`: "constant", "cosine" or "linear"
-    /// (after `warmup` steps, down to `min_lr` at `total_steps`).
+    /// (after `warmup` steps, down to `min_lr` at `total_steps`). `f32_backward`: QLoRA's
+    /// gradient products through the quantized base in f32 instead of int8 (the default,
+    /// faster: `tnn finetune --f32-backward`).
     #[new]
-    #[pyo3(signature = (model, lora=true, rank=8, alpha=16.0, dropout=0.0, targets=None, seq=256, batch=4, accum=1, lr=1e-4, optimizer="adamw", weight_decay=0.01, clip=None, threads=2, seed=0, schedule="constant", warmup=0, total_steps=0, min_lr=0.0))]
+    #[pyo3(signature = (model, lora=true, rank=8, alpha=16.0, dropout=0.0, targets=None, seq=256, batch=4, accum=1, lr=1e-4, optimizer="adamw", weight_decay=0.01, clip=None, threads=2, seed=0, schedule="constant", warmup=0, total_steps=0, min_lr=0.0, f32_backward=false))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -129,6 +131,7 @@ impl Trainer {
         warmup: u64,
         total_steps: u64,
         min_lr: f32,
+        f32_backward: bool,
     ) -> PyResult<Trainer> {
         let schedule = match schedule {
             "constant" => Schedule::Constant { lr },
@@ -154,7 +157,7 @@ impl Trainer {
             .validate()
             .map_err(|e| PyValueError::new_err(e.to_string()))?;
         let m = model.model.clone();
-        let cfg = train_config(
+        let mut cfg = train_config(
             &m,
             lora,
             rank,
@@ -170,6 +173,7 @@ impl Trainer {
             threads,
             seed,
         )?;
+        cfg.int8_backward = !f32_backward;
         let config_json = serde_json::json!({
             "python": true, "lora": lora, "rank": rank, "alpha": alpha, "targets": targets,
             "seq": seq, "batch": batch, "accum": accum, "optimizer": optimizer, "seed": seed,
@@ -340,8 +344,9 @@ impl LoopObserver for Progress<'_> {
 /// result (`adapter.gguf` with `lora`, else `model.gguf`) into `out`. `progress(metrics)` is
 /// called after each step with a dict (step, loss, lr, tokens_per_s). Returns a dict: steps,
 /// last_loss, eval_loss, out. Ctrl-C saves a checkpoint and raises KeyboardInterrupt.
+/// `f32_backward` as for `Trainer`.
 #[pyfunction]
-#[pyo3(signature = (model, data, out, lora=true, steps=100, seq=256, batch=4, lr=1e-4, rank=8, alpha=16.0, dropout=0.05, targets=None, threads=2, seed=0, eval_fraction=0.1, progress=None))]
+#[pyo3(signature = (model, data, out, lora=true, steps=100, seq=256, batch=4, lr=1e-4, rank=8, alpha=16.0, dropout=0.05, targets=None, threads=2, seed=0, eval_fraction=0.1, progress=None, f32_backward=false))]
 #[allow(clippy::too_many_arguments)]
 pub fn finetune<'py>(
     py: Python<'py>,
@@ -361,6 +366,7 @@ pub fn finetune<'py>(
     seed: u64,
     eval_fraction: f64,
     progress: Option<Py<PyAny>>,
+    f32_backward: bool,
 ) -> PyResult<Bound<'py, PyDict>> {
     let files: Vec<PathBuf> = match data.extract::<PathBuf>() {
         Ok(p) => vec![p],
@@ -375,7 +381,7 @@ pub fn finetune<'py>(
         )));
     }
     let m = model.model.clone();
-    let cfg = train_config(
+    let mut cfg = train_config(
         &m,
         lora,
         rank,
@@ -391,6 +397,7 @@ pub fn finetune<'py>(
         threads,
         seed,
     )?;
+    cfg.int8_backward = !f32_backward;
     let stop = AtomicBool::new(false);
     let mut observer = Progress {
         callback: progress,

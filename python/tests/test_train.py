@@ -95,3 +95,18 @@ def test_full_fine_tuning_of_a_tiny_model(tmp_path):
     t.export(tmp_path / "tuned.gguf")
     tuned = tinynn.Model(str(tmp_path / "tuned.gguf"), n_ctx=64)
     assert tuned.logits(ids[:8]).shape == (8, tuned.n_vocab)
+
+
+def test_f32_backward_keeps_the_f32_gradient_products(model):
+    # QLoRA on the Q4_1 model: int8 gradient products through the base by default, f32 with
+    # f32_backward. The first step's loss (before any update) is the same; later ones differ
+    # a little (the int8 products need AVX2).
+    batches = windows(model, 3)
+    kw = dict(rank=4, seq=SEQ, batch=1, lr=3e-3, targets="q,v", seed=3)
+    int8 = tinynn.Trainer(model, **kw)
+    f32 = tinynn.Trainer(model, f32_backward=True, **kw)
+    a = [int8.step(x) for x in batches]
+    b = [f32.step(x) for x in batches]
+    assert a[0] == b[0]
+    assert a[1:] != b[1:]
+    assert all(abs(x - y) < 0.02 * y for x, y in zip(a, b))

@@ -95,6 +95,7 @@ class Trainer:
         warmup: int = 0,
         total_steps: int = 0,
         min_lr: float = 0.0,
+        f32_backward: bool = False,
     ) -> None: ...
     def step(self, ids: Sequence[int], labels: Optional[Sequence[int]] = None) -> float: ...
     def eval_loss(self, ids: Sequence[int], labels: Optional[Sequence[int]] = None) -> float: ...
@@ -122,6 +123,7 @@ def finetune(
     seed: int = 0,
     eval_fraction: float = 0.1,
     progress: Optional[Callable[[dict], None]] = None,
+    f32_backward: bool = False,
 ) -> dict: ...
 
 class Graph:
