@@ -59,8 +59,8 @@ mod tests {
     use super::*;
     use tinynn_format::GgmlType;
 
-    /// x → layer (frozen `w`) → silu → head (frozen `head`) → cross-entropy; `unused` is read
-    /// only by a row lookup.
+    /// x → layer (frozen `w`) → silu → head (frozen `head`) → cross-entropy; `unused` is
+    /// read only by a row lookup.
     #[test]
     fn every_gradient_product_but_the_heads_gets_int8() {
         let mut g = Graph::new();

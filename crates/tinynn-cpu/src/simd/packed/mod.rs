@@ -76,9 +76,9 @@ use crate::simd::Isa;
 // it 2 KiB ahead, 23-28 at 4 KiB.
 
 /// How far ahead (bytes) the first tile of 2 or more tokens over a group prefetches (batched
-/// decode, and the first pass of a prefill GEMM over each group). Without it the hardware prefetcher alone
-/// left a 4-token tile streaming at 6.3 GB/s against 11.4 for one token (Q4_1, 576 × 1M
-/// rows from DRAM, one thread); with it, 11-12 GB/s.
+/// decode, and the first pass of a prefill GEMM over each group). Without it the hardware
+/// prefetcher alone left a 4-token tile streaming at 6.3 GB/s against 11.4 for one token
+/// (Q4_1, 576 × 1M rows from DRAM, one thread); with it, 11-12 GB/s.
 #[cfg(target_arch = "x86_64")]
 const PF_BYTES_TILE: usize = 4096;
 
