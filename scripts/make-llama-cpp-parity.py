@@ -12,7 +12,17 @@ temporary folder, compiles it with `cc`, and runs it with llama.cpp's default co
 (as `llama-cli` runs): 2 threads, flash attention as llama.cpp chooses it (`auto`: on, for the
 CPU; `--no-flash-attn` turns it off), one batch for the prompt, then one token a step. The output
 (committed beside the tests) also records the file's SHA-256, the llama.cpp commit when the
-source tree is a git checkout, and the prompts.
+source tree is a git checkout, ggml's CPU features as the build reports them
+(`llama_print_system_info`), and the prompts.
+
+The committed files (`crates/tinynn-models/tests/fixtures/llama-cpp-parity/`), llama.cpp 0c1e570:
+- `smollm2-q4_1.json`, `-no-fa.json`: the default model, a native build (`-DGGML_NATIVE=ON`);
+- `smollm2-q4_1-avx2-build.json`: the same file with a build limited to AVX2 (`-DGGML_NATIVE=OFF
+  -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_AVX512=OFF`), for llama.cpp's spread
+  across its own builds;
+- `smollm2-{q8_0,f16,q4_k_m}.json`, `-no-fa.json`: native build, on the default model converted
+  with `tnn quantize --allow-requantize MODEL OUT TYPE` (the test makes the same files and
+  checks their SHA-256).
 """
 import hashlib
 import json
@@ -106,6 +116,7 @@ int main(int argc, char **argv) {
     if (argc < 3) { fprintf(stderr, "usage: dump MODEL STEPS\n"); return 2; }
     int steps = atoi(argv[2]);
     llama_backend_init();
+    printf("SYSTEM %s\n", llama_print_system_info());
     struct llama_model_params mp = llama_model_default_params();
     struct llama_model *model = llama_model_load_from_file(argv[1], mp);
     if (!model) return 1;
@@ -163,6 +174,7 @@ def main():
                          capture_output=True, check=True)
     rows = [json.loads(line) for line in run.stdout.decode().splitlines() if line.startswith("{")]
     assert len(rows) == len(PROMPTS), run.stderr.decode()[-2000:]
+    system = [line[7:] for line in run.stdout.decode().splitlines() if line.startswith("SYSTEM ")]
     with open(model, "rb") as f:
         sha = hashlib.sha256(f.read()).hexdigest()
     try:
@@ -173,6 +185,7 @@ def main():
     data = {
         "model_sha256": sha,
         "llama_cpp_commit": commit,
+        "system_info": system[0].strip() if system else None,
         "threads": 2,
         "flash_attn": "auto" if flash_attn else "off",
         "steps": STEPS,

@@ -454,3 +454,50 @@ fn extreme_quants_and_activations_give_the_reference_sums() {
         }
     }
 }
+
+/// Threads share the 16-row groups out dynamically (`StepArgs::for_shares`), so a group may be
+/// computed alone or beside its neighbour, at the start or the end of a share: every way of
+/// cutting the groups gives the whole product's bits, for every format and token count (the
+/// float kinds pair groups from 8 tokens on; a lone group once summed its last tokens in
+/// another order, so prefill on F16 and F32 weights changed with the thread count).
+#[test]
+fn any_split_of_the_groups_gives_the_same_bits() {
+    for ty in FORMATS {
+        if !packed::packs(ty) {
+            continue;
+        }
+        let k = if matches!(ty, GgmlType::Q4K | GgmlType::Q6K) {
+            256
+        } else {
+            96
+        };
+        let n = 16 * 5 - 3;
+        let w = quantized(ty, k, n, 31);
+        let p = packed::pack_always(ty, [k, n, 1, 1], &w).unwrap();
+        for m in [1usize, 3, 4, 7, 8, 9, 12, 13, 17, 20, 21, 25, 31, 36, 70] {
+            let acts = prepared(&p, &noise(k * m, 5 + m as u64), k);
+            let mut whole = vec![f32::NAN; m * n];
+            p.matmul(&acts, m, &mut whole);
+            for cuts in [
+                vec![1],
+                vec![2],
+                vec![1, 2],
+                vec![1, 4],
+                vec![3],
+                vec![1, 2, 3, 4],
+            ] {
+                let mut got = vec![f32::NAN; m * n];
+                let mut start = 0;
+                for end in cuts.into_iter().chain([p.n_groups()]) {
+                    p.matmul_groups(&acts, m, &mut got, start..end);
+                    start = end;
+                }
+                let differ = got
+                    .iter()
+                    .zip(&whole)
+                    .position(|(a, b)| a.to_bits() != b.to_bits());
+                assert_eq!(differ, None, "{ty} m={m}: element {differ:?}");
+            }
+        }
+    }
+}

@@ -53,6 +53,7 @@ mod q5_0x16;
 mod q5_1x16;
 mod q6_kx16;
 mod q8_0x16;
+mod reference;
 #[cfg(all(test, target_arch = "x86_64"))]
 mod tile_twins;
 mod transposed;
@@ -702,8 +703,16 @@ impl PackedWeight {
             let valid = GROUP_ROWS.min(self.n_rows - g * GROUP_ROWS);
             let mut t = 0;
             while t < m {
+                // A kind with a pair tile cuts m ≥ 8 tokens as the pair tile does, so a group
+                // gets the same bits alone as in a pair (only tiles below 5 tokens sum in
+                // another order), however the groups are shared out.
                 #[cfg(target_arch = "x86_64")]
-                let (tile, n) = self.kind.tile((m - t).min(self.kind.max_tile()));
+                let most = match self.kind.tile_pair_fn() {
+                    Some(pair) if m >= 8 && m - t >= 8 => pair(m - t).1,
+                    _ => self.kind.max_tile(),
+                };
+                #[cfg(target_arch = "x86_64")]
+                let (tile, n) = self.kind.tile((m - t).min(most));
                 #[cfg(not(target_arch = "x86_64"))]
                 let n = (m - t).min(self.kind.max_tile());
                 // SAFETY: forwarded from the caller: tokens t..t+n exist, the group's columns
@@ -746,6 +755,12 @@ impl PackedWeight {
     /// The whole product with the fastest kernel: `acts` is `m` activation rows back to back,
     /// `out` is `m × n_rows`.
     pub fn matmul(&self, acts: &[u8], m: usize, out: &mut [f32]) {
+        self.matmul_groups(acts, m, out, 0..self.n_groups());
+    }
+
+    /// [`PackedWeight::matmul`] for the 16-row groups `groups` only (their columns of `out`),
+    /// as a thread computes its share.
+    pub fn matmul_groups(&self, acts: &[u8], m: usize, out: &mut [f32], groups: Range<usize>) {
         assert!(
             available() && (wide() || self.kind.has_avx2_tile()),
             "no packed kernel for {:?} on this CPU",
@@ -754,7 +769,8 @@ impl PackedWeight {
         assert!(self.kind != PackKind::Bf16x16 || bf16x16::available());
         assert_eq!(acts.len(), m * self.activation_row_bytes());
         assert_eq!(out.len(), m * self.n_rows);
-        // SAFETY: sizes checked above; one thread writes everything.
+        assert!(groups.start <= groups.end && groups.end <= self.n_groups());
+        // SAFETY: sizes and groups checked above; one thread writes everything.
         unsafe {
             self.matmul_raw(
                 acts.as_ptr(),
@@ -762,24 +778,8 @@ impl PackedWeight {
                 m,
                 out.as_mut_ptr(),
                 self.n_rows,
-                0..self.n_groups(),
+                groups,
             )
-        }
-    }
-
-    /// Scalar reference of [`PackedWeight::matmul`], reading the packed layout.
-    pub fn matmul_ref(&self, acts: &[u8], m: usize, out: &mut [f32]) {
-        assert_eq!(acts.len(), m * self.activation_row_bytes());
-        assert_eq!(out.len(), m * self.n_rows);
-        let nb = self.n_blocks();
-        let gb = nb * self.kind.block_bytes();
-        for t in 0..m {
-            let x = &acts[t * self.activation_row_bytes()..][..self.activation_row_bytes()];
-            for n in 0..self.n_rows {
-                let (g, r) = (n / GROUP_ROWS, n % GROUP_ROWS);
-                let w = &self.data.as_bytes()[g * gb..][..gb];
-                out[t * self.n_rows + n] = self.kind.dot_ref(w, nb, r, x);
-            }
         }
     }
 }
