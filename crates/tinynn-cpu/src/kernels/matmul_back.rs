@@ -19,7 +19,7 @@ pub(crate) fn mul_mat_t(a: &StepArgs<'_>, ctx: &Ctx<'_>) {
     let (r2, r3) = (c2 / w.layout.ne[2], c3 / w.layout.ne[3]);
     if !a.strict && gemm_fits(&[&dst, &w, &dy]) {
         // dst(mi, k) = Σ_n W(k, n) · dy(n, mi): A = W's rows, B = dy's rows.
-        return gemm_batches(dst.layout.ne, ctx, |i2, i3| Gemm {
+        return gemm_batches(dst.layout.ne, Some(a), ctx, |i2, i3| Gemm {
             a: strided(&w, (0, i2 / r2, i3 / r3), 1, 0),
             b: strided(&dy, (0, i2, i3), 0, 1),
             c: dst.row_f32_ptr(0, i2, i3),
@@ -178,7 +178,7 @@ fn mul_mat_t_dequantized(a: &StepArgs<'_>, ctx: &Ctx<'_>) {
         };
         // dst(mi, i) = Σ_r panel(i, r) · dy(n0 + r, mi): A = the panel's rows, B = dy's.
         let dy0 = dy.ptr.wrapping_add(n0 * dy.layout.nb[0]);
-        gemm_batches([k, m, 1, 1], ctx, |_, _| Gemm {
+        gemm_batches([k, m, 1, 1], None, ctx, |_, _| Gemm {
             a: crate::simd::gemm_f32::Strided {
                 ptr: panel as *const f32,
                 rs: k,
