@@ -708,7 +708,7 @@ impl PackedWeight {
                 // another order), however the groups are shared out.
                 #[cfg(target_arch = "x86_64")]
                 let most = match self.kind.tile_pair_fn() {
-                    Some(pair) if m >= 8 && m - t >= 8 => pair(m - t).1,
+                    Some(pair) if m - t >= 8 => pair(m - t).1,
                     _ => self.kind.max_tile(),
                 };
                 #[cfg(target_arch = "x86_64")]
