@@ -268,6 +268,31 @@ pub(crate) fn prefetch(p: *const u8, bytes: usize) {
     let _ = (p, bytes);
 }
 
+/// Stores the first `n` lanes of `v` at `p` (`n` ≥ 8: all of them): a plain store when all
+/// are wanted, a masked one only for a partial row. AMD cores run a masked store to memory
+/// (`vmaskmovps`) as a long microcoded sequence: in the AVX2 f32 GEMM tile it cost 5–11%.
+///
+/// # Safety
+/// AVX2; the first `min(n, 8)` f32s at `p` are writable.
+#[cfg(target_arch = "x86_64")]
+#[inline]
+#[target_feature(enable = "avx2")]
+pub(crate) unsafe fn store_first_lanes8(p: *mut f32, n: usize, v: std::arch::x86_64::__m256) {
+    use std::arch::x86_64::*;
+    // SAFETY: the lanes written are the first min(n, 8) (caller).
+    unsafe {
+        if n >= 8 {
+            _mm256_storeu_ps(p, v);
+        } else {
+            let mask = _mm256_cmpgt_epi32(
+                _mm256_set1_epi32(n as i32),
+                _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7),
+            );
+            _mm256_maskstore_ps(p, mask, v);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

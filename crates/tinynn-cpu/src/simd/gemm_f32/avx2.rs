@@ -59,14 +59,21 @@ impl Tile {
     #[target_feature(enable = "avx2,fma")]
     unsafe fn half<const Q: usize>(&self, h: usize, valid: usize) {
         let (k0, k1) = (first_lanes(valid), first_lanes(valid.saturating_sub(8)));
+        // A whole half takes plain loads and stores (`store_first_lanes8` says why).
+        let whole = valid == HALF;
         let mut acc = [[_mm256_setzero_ps(); 2]; Q];
         if !self.first {
             for (q, a) in acc.iter_mut().enumerate() {
                 // SAFETY: C row q, the valid lanes of half h.
                 unsafe {
                     let c = self.c.add(q * self.cm + HALF * h);
-                    a[0] = _mm256_maskload_ps(c, k0);
-                    a[1] = _mm256_maskload_ps(c.add(8), k1);
+                    if whole {
+                        a[0] = _mm256_loadu_ps(c);
+                        a[1] = _mm256_loadu_ps(c.add(8));
+                    } else {
+                        a[0] = _mm256_maskload_ps(c, k0);
+                        a[1] = _mm256_maskload_ps(c.add(8), k1);
+                    }
                 }
             }
         }
@@ -89,8 +96,8 @@ impl Tile {
             // SAFETY: C row q, the valid lanes of half h.
             unsafe {
                 let c = self.c.add(q * self.cm + HALF * h);
-                _mm256_maskstore_ps(c, k0, a[0]);
-                _mm256_maskstore_ps(c.add(8), k1, a[1]);
+                crate::simd::store_first_lanes8(c, valid, a[0]);
+                crate::simd::store_first_lanes8(c.add(8), valid.saturating_sub(8), a[1]);
             }
         }
     }

@@ -60,7 +60,7 @@ fn product(
         nr,
         bf16: false,
     };
-    let mut copy = vec![0f32; KC * MC];
+    let mut copy = vec![0f32; B_COPY_LEN];
     for job in 0..g.jobs(ig) {
         let b_copy = b_far_rows.then_some(&mut copy);
         // SAFETY: every operand is a live Vec of the sizes laid out above; the ISA was checked
@@ -101,6 +101,8 @@ fn avx2_tiles_match_avx512_bits_and_the_f64_product() {
         (47, 7, 300),
         (130, 260, 40),
         (64, 300, 9),
+        // Whole reduction blocks over a whole block of m, and a partial one after it.
+        (40, 300, 513),
     ];
     let mut checked = 0;
     for &shape in &shapes {

@@ -327,13 +327,11 @@ mod avx2 {
                     }
                 }
             }
-            let mask = _mm256_cmpgt_epi32(
-                _mm256_set1_epi32(rows as i32),
-                _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7),
-            );
             for (t, ft) in f.iter().enumerate() {
                 // SAFETY: the `valid` columns of token t's output row are this thread's (caller).
-                unsafe { _mm256_maskstore_ps(out.add(t * out_stride + 8 * h), mask, *ft) };
+                unsafe {
+                    crate::simd::store_first_lanes8(out.add(t * out_stride + 8 * h), rows, *ft)
+                };
             }
         }
     }
@@ -413,16 +411,12 @@ mod avx2 {
             }
         }
         for (h, fh) in f.iter().enumerate() {
-            let rows = valid.saturating_sub(8 * h).min(8) as i32;
+            let rows = valid.saturating_sub(8 * h).min(8);
             if rows == 0 {
                 break;
             }
-            let mask = _mm256_cmpgt_epi32(
-                _mm256_set1_epi32(rows),
-                _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7),
-            );
             // SAFETY: the `valid` columns of the token's output row are this thread's (caller).
-            unsafe { _mm256_maskstore_ps(out.add(8 * h), mask, *fh) };
+            unsafe { crate::simd::store_first_lanes8(out.add(8 * h), rows, *fh) };
         }
     }
 }

@@ -118,13 +118,9 @@ mod avx2 {
         let super::super::GroupIn { w, nb, pf } = group;
         let (bias, ones) = (_mm256_set1_epi8(-128), _mm256_set1_epi16(1));
         let store = |h: usize, t: usize, v: __m256| {
-            let rows = valid.saturating_sub(8 * h).min(8) as i32;
-            let mask = _mm256_cmpgt_epi32(
-                _mm256_set1_epi32(rows),
-                _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7),
-            );
+            let rows = valid.saturating_sub(8 * h).min(8);
             // SAFETY: the `valid` columns of token t's output row are this thread's (caller).
-            unsafe { _mm256_maskstore_ps(out.add(t * out_stride + 8 * h), mask, v) };
+            unsafe { crate::simd::store_first_lanes8(out.add(t * out_stride + 8 * h), rows, v) };
         };
         if T == 1 {
             // Decode: both halves per block, so each weight line is read once.
@@ -203,13 +199,11 @@ mod avx2 {
                     }
                 }
             }
-            let mask = _mm256_cmpgt_epi32(
-                _mm256_set1_epi32(rows as i32),
-                _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7),
-            );
             for (t, ft) in f.iter().enumerate() {
                 // SAFETY: the `valid` columns of token t's output row are this thread's (caller).
-                unsafe { _mm256_maskstore_ps(out.add(t * out_stride + 8 * h), mask, *ft) };
+                unsafe {
+                    crate::simd::store_first_lanes8(out.add(t * out_stride + 8 * h), rows, *ft)
+                };
             }
         }
     }
