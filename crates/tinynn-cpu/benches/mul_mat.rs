@@ -146,6 +146,13 @@ fn packed_prefill_k576_n1536_m512<const T: usize>(bencher: Bencher, ty: GgmlType
     run_with(bencher, ty, 576, 1536, 512, T, true);
 }
 
+/// A 1536-wide input over 1024 tokens: the down projection of a training step, and the shape
+/// of QLoRA's int8 gradient product through the up projection (a Q8_0 transpose).
+#[divan::bench(args = PACKED, consts = [1, 2], sample_count = 5, sample_size = 1)]
+fn packed_prefill_k1536_n576_m1024<const T: usize>(bencher: Bencher, ty: GgmlType) {
+    run_with(bencher, ty, 1536, 576, 1024, T, true);
+}
+
 /// The backward product of a frozen weight, `dx = Wᵀ · dy` (`mul_mat_t`), at a QLoRA step's
 /// shapes: dequantized panels of W through the f32 GEMM. Throughput is multiply-adds ×2 per
 /// second.
