@@ -20,6 +20,23 @@
 #[cfg(target_arch = "x86_64")]
 use std::arch::x86_64::*;
 
+/// `$t.$run::<M>()` for `M = $mr` (1 to 8, the tile's values of `m`).
+#[cfg(target_arch = "x86_64")]
+macro_rules! by_m {
+    ($t:expr, $mr:expr, $run:ident) => {
+        match $mr {
+            8 => $t.$run::<8>(),
+            7 => $t.$run::<7>(),
+            6 => $t.$run::<6>(),
+            5 => $t.$run::<5>(),
+            4 => $t.$run::<4>(),
+            3 => $t.$run::<3>(),
+            2 => $t.$run::<2>(),
+            _ => $t.$run::<1>(),
+        }
+    };
+}
+
 #[cfg(target_arch = "x86_64")]
 mod avx2;
 #[cfg(target_arch = "x86_64")]
@@ -331,16 +348,7 @@ impl Gemm {
                     // where `wide`, AVX2 + FMA otherwise (`available`).
                     unsafe {
                         if wide {
-                            match mr {
-                                8 => t.run::<8>(),
-                                7 => t.run::<7>(),
-                                6 => t.run::<6>(),
-                                5 => t.run::<5>(),
-                                4 => t.run::<4>(),
-                                3 => t.run::<3>(),
-                                2 => t.run::<2>(),
-                                _ => t.run::<1>(),
-                            }
+                            by_m!(t, mr, run)
                         } else {
                             match mr {
                                 6 => t.run_avx2::<6>(),
@@ -456,6 +464,54 @@ impl Gemm {
     }
 }
 
+/// The accumulators of a 32-lane × `M` tile of C: zeros on the first reduction block,
+/// else C's `mask` lanes of rows `c + m·cm`.
+///
+/// # Safety
+/// AVX-512F; unless `first`, C rows m < M readable in the masked lanes.
+#[cfg(target_arch = "x86_64")]
+#[inline]
+#[target_feature(enable = "avx512f")]
+unsafe fn c_tile<const M: usize>(
+    c: *mut f32,
+    cm: usize,
+    mask: u32,
+    first: bool,
+) -> [[__m512; 2]; M] {
+    let (m_lo, m_hi) = (mask as u16, (mask >> 16) as u16);
+    let mut acc = [[_mm512_setzero_ps(); 2]; M];
+    if !first {
+        for (m, a) in acc.iter_mut().enumerate() {
+            // SAFETY: C row m, masked lanes (caller).
+            unsafe {
+                let c = c.add(m * cm);
+                a[0] = _mm512_maskz_loadu_ps(m_lo, c);
+                a[1] = _mm512_maskz_loadu_ps(m_hi, c.add(16));
+            }
+        }
+    }
+    acc
+}
+
+/// Stores a tile's accumulators into C's `mask` lanes of rows `c + m·cm`.
+///
+/// # Safety
+/// AVX-512F; C rows m < M writable in the masked lanes.
+#[cfg(target_arch = "x86_64")]
+#[inline]
+#[target_feature(enable = "avx512f")]
+unsafe fn store_c_tile<const M: usize>(c: *mut f32, cm: usize, mask: u32, acc: &[[__m512; 2]; M]) {
+    let (m_lo, m_hi) = (mask as u16, (mask >> 16) as u16);
+    for (m, a) in acc.iter().enumerate() {
+        // SAFETY: C row m, masked lanes (caller).
+        unsafe {
+            let c = c.add(m * cm);
+            _mm512_mask_storeu_ps(c, m_lo, a[0]);
+            _mm512_mask_storeu_ps(c.add(16), m_hi, a[1]);
+        }
+    }
+}
+
 /// One register tile: 32 lanes of `i` × `M` values of `m`.
 #[cfg(target_arch = "x86_64")]
 struct Tile {
@@ -482,18 +538,8 @@ impl Tile {
     #[inline]
     #[target_feature(enable = "avx512f,fma")]
     unsafe fn run<const M: usize>(&self) {
-        let (m_lo, m_hi) = (self.mask as u16, (self.mask >> 16) as u16);
-        let mut acc = [[_mm512_setzero_ps(); 2]; M];
-        if !self.first {
-            for (m, a) in acc.iter_mut().enumerate() {
-                // SAFETY: C row m, masked lanes.
-                unsafe {
-                    let c = self.c.add(m * self.cm);
-                    a[0] = _mm512_maskz_loadu_ps(m_lo, c);
-                    a[1] = _mm512_maskz_loadu_ps(m_hi, c.add(16));
-                }
-            }
-        }
+        // SAFETY: C rows m < M, masked lanes (caller).
+        let mut acc = unsafe { c_tile::<M>(self.c, self.cm, self.mask, self.first) };
         for r in 0..self.kc {
             // SAFETY: panel row r; B(m, r) for m < M.
             unsafe {
@@ -507,14 +553,8 @@ impl Tile {
                 }
             }
         }
-        for (m, a) in acc.iter().enumerate() {
-            // SAFETY: C row m, masked lanes.
-            unsafe {
-                let c = self.c.add(m * self.cm);
-                _mm512_mask_storeu_ps(c, m_lo, a[0]);
-                _mm512_mask_storeu_ps(c.add(16), m_hi, a[1]);
-            }
-        }
+        // SAFETY: as above.
+        unsafe { store_c_tile(self.c, self.cm, self.mask, &acc) };
     }
 }
 

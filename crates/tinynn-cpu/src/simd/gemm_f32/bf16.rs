@@ -3,7 +3,7 @@
 
 use std::arch::x86_64::*;
 
-use super::{pair, Gemm, KC, MC, MR, NR};
+use super::{c_tile, pair, store_c_tile, Gemm, KC, MC, MR, NR};
 
 impl Gemm {
     /// [`Gemm::run_job`] with bf16 operands: per reduction block, B's block is packed into
@@ -51,18 +51,7 @@ impl Gemm {
                         first: r0 == 0,
                     };
                     // SAFETY: kp panel rows, B pairs of columns m..m+mr, C rows in range.
-                    unsafe {
-                        match mr {
-                            8 => t.run::<8>(),
-                            7 => t.run::<7>(),
-                            6 => t.run::<6>(),
-                            5 => t.run::<5>(),
-                            4 => t.run::<4>(),
-                            3 => t.run::<3>(),
-                            2 => t.run::<2>(),
-                            _ => t.run::<1>(),
-                        }
-                    }
+                    unsafe { by_m!(t, mr, run) }
                     m += mr;
                 }
                 i0 += ni;
@@ -272,18 +261,8 @@ impl TileBf16 {
     #[inline]
     #[target_feature(enable = "avx512f,avx512bf16")]
     unsafe fn run<const M: usize>(&self) {
-        let (m_lo, m_hi) = (self.mask as u16, (self.mask >> 16) as u16);
-        let mut acc = [[_mm512_setzero_ps(); 2]; M];
-        if !self.first {
-            for (m, a) in acc.iter_mut().enumerate() {
-                // SAFETY: C row m, masked lanes.
-                unsafe {
-                    let c = self.c.add(m * self.cm);
-                    a[0] = _mm512_maskz_loadu_ps(m_lo, c);
-                    a[1] = _mm512_maskz_loadu_ps(m_hi, c.add(16));
-                }
-            }
-        }
+        // SAFETY: C rows m < M, masked lanes (caller).
+        let mut acc = unsafe { c_tile::<M>(self.c, self.cm, self.mask, self.first) };
         for p in 0..self.kp {
             // SAFETY: panel row p; pairs of columns m < M; __m512i and __m512bh are both
             // 64 plain bytes.
@@ -303,13 +282,7 @@ impl TileBf16 {
                 }
             }
         }
-        for (m, a) in acc.iter().enumerate() {
-            // SAFETY: C row m, masked lanes.
-            unsafe {
-                let c = self.c.add(m * self.cm);
-                _mm512_mask_storeu_ps(c, m_lo, a[0]);
-                _mm512_mask_storeu_ps(c.add(16), m_hi, a[1]);
-            }
-        }
+        // SAFETY: as above.
+        unsafe { store_c_tile(self.c, self.cm, self.mask, &acc) };
     }
 }
