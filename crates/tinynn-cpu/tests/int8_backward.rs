@@ -1,7 +1,7 @@
 //! The gradient product of a frozen quantized weight (`mul_mat_t`, dx = Wᵀ·dy) through its
 //! transposed Q8_0 copy (`PackedWeight::add_backward_q8_0`): it is exactly the forward
 //! product of that copy with dy's rows as activations, the same bits on 1–3 threads, within
-//! 8-bit rounding of the f64 product of the dequantized weight — and without the copy the
+//! 8-bit (7-bit at AVX2) rounding of the f64 product of the dequantized weight — and without the copy the
 //! product stays the f32 one.
 
 use std::sync::Arc;

@@ -1,6 +1,7 @@
 //! Inverted dropout of a contiguous run of elements (`Op::Dropout`): the mask bits of each
 //! element come from `tinynn_core::ops::dropout_bits` of its flat index, 8 at a time with
-//! AVX-512 DQ's 64-bit multiplies, or one at a time in the reference.
+//! AVX-512 DQ's 64-bit multiplies, 4 at a time with AVX2 (each 64-bit multiply made of three
+//! 32-bit ones), or one at a time in the reference.
 
 use tinynn_core::ops::{dropout_bits, dropout_threshold, DROPOUT_INDEX_MUL, DROPOUT_SALT_MUL};
 
@@ -12,6 +13,12 @@ pub fn dropout_run(x: &[f32], out: &mut [f32], seed: u64, salt: u32, first: u64,
         // SAFETY: AVX-512 F, DQ and VL are present (the Avx512F level); the slices have equal
         // lengths.
         unsafe { dropout_avx512(x, out, seed, salt, first, p) };
+        return;
+    }
+    #[cfg(target_arch = "x86_64")]
+    if super::Isa::detected() >= super::Isa::Avx2 {
+        // SAFETY: AVX2 is present (the Avx2 level); the slices have equal lengths.
+        unsafe { dropout_avx2(x, out, seed, salt, first, p) };
         return;
     }
     dropout_run_ref(x, out, seed, salt, first, p);
@@ -61,6 +68,89 @@ unsafe fn dropout_avx512(x: &[f32], out: &mut [f32], seed: u64, salt: u32, first
         // SAFETY: j + 8 <= n for both slices.
         let v = unsafe { _mm256_loadu_ps(x.as_ptr().add(j)) };
         let r = _mm256_maskz_mul_ps(kept, v, kv);
+        unsafe { _mm256_storeu_ps(out.as_mut_ptr().add(j), r) };
+        j += 8;
+    }
+    dropout_run_ref(
+        &x[j..],
+        &mut out[j..],
+        seed,
+        salt,
+        first.wrapping_add(j as u64),
+        p,
+    );
+}
+
+/// The low 64 bits of `a · b` per 64-bit lane, from three 32 × 32 → 64-bit multiplies:
+/// `lo(a)·lo(b) + (hi(a)·lo(b) + lo(a)·hi(b)) << 32` (the `hi·hi` term is past bit 63).
+///
+/// # Safety
+/// AVX2 present.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+#[inline]
+unsafe fn mullo_epi64_avx2(
+    a: std::arch::x86_64::__m256i,
+    b: std::arch::x86_64::__m256i,
+) -> std::arch::x86_64::__m256i {
+    use std::arch::x86_64::*;
+    let lo = _mm256_mul_epu32(a, b);
+    let cross = _mm256_add_epi64(
+        _mm256_mul_epu32(_mm256_srli_epi64(a, 32), b),
+        _mm256_mul_epu32(a, _mm256_srli_epi64(b, 32)),
+    );
+    _mm256_add_epi64(lo, _mm256_slli_epi64(cross, 32))
+}
+
+/// [`dropout_bits`] of the 4 indices `i` (lanes), as the reference computes them.
+///
+/// # Safety
+/// AVX2 present.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+#[inline]
+unsafe fn bits4_avx2(base: u64, i: std::arch::x86_64::__m256i) -> std::arch::x86_64::__m256i {
+    use std::arch::x86_64::*;
+    let (imul, m1, m2) = (
+        _mm256_set1_epi64x(DROPOUT_INDEX_MUL as i64),
+        _mm256_set1_epi64x(0xBF58_476D_1CE4_E5B9u64 as i64),
+        _mm256_set1_epi64x(0x94D0_49BB_1331_11EBu64 as i64),
+    );
+    // SAFETY (all calls below): AVX2 is present (this function's contract).
+    unsafe {
+        let mut z = _mm256_add_epi64(_mm256_set1_epi64x(base as i64), mullo_epi64_avx2(i, imul));
+        z = mullo_epi64_avx2(_mm256_xor_si256(z, _mm256_srli_epi64(z, 30)), m1);
+        z = mullo_epi64_avx2(_mm256_xor_si256(z, _mm256_srli_epi64(z, 27)), m2);
+        _mm256_srli_epi64(_mm256_xor_si256(z, _mm256_srli_epi64(z, 31)), 40)
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn dropout_avx2(x: &[f32], out: &mut [f32], seed: u64, salt: u32, first: u64, p: f32) {
+    use std::arch::x86_64::*;
+    let (keep, t) = (1.0 / (1.0 - p), dropout_threshold(p));
+    let n = x.len();
+    let base = seed.wrapping_add(u64::from(salt).wrapping_mul(DROPOUT_SALT_MUL));
+    let (tv, kv) = (_mm256_set1_epi64x(t as i64), _mm256_set1_ps(keep));
+    // The bits are below 2^24 and so is the threshold (p < 1): a signed compare is exact.
+    // Each 64-bit lane's mask, all ones or zeros, to 32-bit lanes 0..4 (even dwords first).
+    let evens = _mm256_setr_epi32(0, 2, 4, 6, 0, 2, 4, 6);
+    let mut j = 0;
+    while j + 8 <= n {
+        let i0 = _mm256_add_epi64(
+            _mm256_set1_epi64x(first.wrapping_add(j as u64) as i64),
+            _mm256_setr_epi64x(0, 1, 2, 3),
+        );
+        let i1 = _mm256_add_epi64(i0, _mm256_set1_epi64x(4));
+        // SAFETY: AVX2 is present (this function's target features).
+        let (z0, z1) = unsafe { (bits4_avx2(base, i0), bits4_avx2(base, i1)) };
+        let drop0 = _mm256_permutevar8x32_epi32(_mm256_cmpgt_epi64(tv, z0), evens);
+        let drop1 = _mm256_permutevar8x32_epi32(_mm256_cmpgt_epi64(tv, z1), evens);
+        let dropped = _mm256_castsi256_ps(_mm256_blend_epi32::<0xF0>(drop0, drop1));
+        // SAFETY: j + 8 <= n for both slices.
+        let v = unsafe { _mm256_loadu_ps(x.as_ptr().add(j)) };
+        let r = _mm256_andnot_ps(dropped, _mm256_mul_ps(v, kv));
         unsafe { _mm256_storeu_ps(out.as_mut_ptr().add(j), r) };
         j += 8;
     }

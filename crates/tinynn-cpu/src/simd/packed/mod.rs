@@ -118,6 +118,9 @@ pub enum PackKind {
     Q5_1x16,
     /// From Q8_0: 16 × f16 d, 8 × (16 rows × 4 bytes of q + 128) = 544 B.
     Q8_0x16,
+    /// Q8_0x16 whose quants lie within ±63 (`transposed.rs` makes them at AVX2): its AVX2
+    /// tile takes them biased by 64 as the unsigned operand, with no sign step.
+    Q7_0x16,
     /// From F16: 32 × (16 rows × f16) = 1024 B.
     F16x16,
     /// From BF16: 16 × (16 rows × bf16 pair) = 1024 B (needs AVX-512 BF16).
@@ -173,7 +176,7 @@ impl PackKind {
             PackKind::Q4_1x16 => nibbles::block_bytes(true, false),
             PackKind::Q5_0x16 => nibbles::block_bytes(false, true),
             PackKind::Q5_1x16 => nibbles::block_bytes(true, true),
-            PackKind::Q8_0x16 => 544,
+            PackKind::Q8_0x16 | PackKind::Q7_0x16 => 544,
             PackKind::F16x16 | PackKind::Bf16x16 => 1024,
             PackKind::F32x16 => 2048,
             PackKind::Q4Kx16 => q4_kx16::BLOCK_BYTES,
@@ -196,7 +199,7 @@ impl PackKind {
             PackKind::Q4_1x16 => 20,
             PackKind::Q5_0x16 => 22,
             PackKind::Q5_1x16 => 24,
-            PackKind::Q8_0x16 => 34,
+            PackKind::Q8_0x16 | PackKind::Q7_0x16 => 34,
             PackKind::F16x16 | PackKind::Bf16x16 => 64,
             PackKind::F32x16 => 128,
             PackKind::Q4Kx16 => 144,
@@ -207,7 +210,8 @@ impl PackKind {
     pub fn activation_format(self) -> ActFormat {
         match self {
             PackKind::Q4_1x16 | PackKind::Q5_1x16 => ActFormat::Q8_1,
-            PackKind::Q4_0x16 | PackKind::Q5_0x16 | PackKind::Q8_0x16 => ActFormat::Q8_1IntSum,
+            PackKind::Q4_0x16 | PackKind::Q5_0x16 => ActFormat::Q8_1IntSum,
+            PackKind::Q8_0x16 | PackKind::Q7_0x16 => ActFormat::Q8_1IntSum,
             PackKind::F16x16 => ActFormat::F32RoundedF16,
             PackKind::Bf16x16 => ActFormat::Bf16,
             PackKind::F32x16 => ActFormat::F32,
@@ -221,7 +225,7 @@ impl PackKind {
             PackKind::Q4_1x16 => q4_1x16::pack_block(src, r, dst),
             PackKind::Q5_0x16 => q5_0x16::pack_block(src, r, dst),
             PackKind::Q5_1x16 => q5_1x16::pack_block(src, r, dst),
-            PackKind::Q8_0x16 => q8_0x16::pack_block(src, r, dst),
+            PackKind::Q8_0x16 | PackKind::Q7_0x16 => q8_0x16::pack_block(src, r, dst),
             PackKind::F16x16 => f16x16::pack_block(src, r, dst),
             PackKind::Bf16x16 => bf16x16::pack_block(src, r, dst),
             PackKind::F32x16 => f32x16::pack_block(src, r, dst),
@@ -255,7 +259,7 @@ impl PackKind {
                 let qh = nibbles::unpack_quants(src, true, true, r, &mut dst[8..24]);
                 dst[4..8].copy_from_slice(&qh.to_le_bytes());
             }
-            PackKind::Q8_0x16 => {
+            PackKind::Q8_0x16 | PackKind::Q7_0x16 => {
                 d(dst);
                 for j in 0..8 {
                     for i in 0..4 {
@@ -286,7 +290,7 @@ impl PackKind {
             PackKind::Q4_1x16 => q4_1x16::dot_ref(w, nb, r, x),
             PackKind::Q5_0x16 => q5_0x16::dot_ref(w, nb, r, x),
             PackKind::Q5_1x16 => q5_1x16::dot_ref(w, nb, r, x),
-            PackKind::Q8_0x16 => q8_0x16::dot_ref(w, nb, r, x),
+            PackKind::Q8_0x16 | PackKind::Q7_0x16 => q8_0x16::dot_ref(w, nb, r, x),
             PackKind::F16x16 => f16x16::dot_ref(w, nb, r, x),
             PackKind::Bf16x16 => bf16x16::dot_ref(w, nb, r, x),
             PackKind::F32x16 => f32x16::dot_ref(w, nb, r, x),
@@ -337,6 +341,7 @@ impl PackKind {
                 | PackKind::Q5_0x16
                 | PackKind::Q5_1x16
                 | PackKind::Q8_0x16
+                | PackKind::Q7_0x16
                 | PackKind::Q4Kx16
                 | PackKind::Q6Kx16
                 | PackKind::F16x16
@@ -355,7 +360,7 @@ impl PackKind {
             PackKind::Q4_1x16 => pick_tile!(n, nibbles::tile, true, false, 0),
             PackKind::Q5_0x16 => pick_tile!(n, nibbles::tile, false, true, 16),
             PackKind::Q5_1x16 => pick_tile!(n, nibbles::tile, true, true, 0),
-            PackKind::Q8_0x16 => pick_tile!(n, q8_0x16::tile),
+            PackKind::Q8_0x16 | PackKind::Q7_0x16 => pick_tile!(n, q8_0x16::tile),
             PackKind::F16x16 => match n {
                 16.. => (wide::tile::<16, false>, 16),
                 12.. => (wide::tile::<12, false>, 12),

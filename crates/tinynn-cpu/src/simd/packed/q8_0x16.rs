@@ -98,16 +98,59 @@ mod avx512 {
 /// as `|q| · (qa with q's sign)` (|products| ≤ 128 · 127 · 2 fit; the activation quantizer
 /// never emits −128): the exact `Σ q·qa` the AVX-512 tile reaches through the bias, then the
 /// same float steps, so both give the same bits.
+///
+/// `SEVEN` (Q7_0x16, |q| ≤ 63): the quants are biased by 64 instead (`q + 64 = byte − 64`,
+/// 1..=127) and taken as the unsigned operand as they are, with `−64·Σqa` as the sum's start
+/// (as the AVX-512 tile does with 128): no sign step, 2 · 127 · 127 fits i16. The same exact
+/// integer sum, so the same bits.
 #[cfg(target_arch = "x86_64")]
 mod avx2 {
     use std::arch::x86_64::*;
+
+    /// The unsigned operand and its sign source from 32 packed bytes (`q + 128`).
+    ///
+    /// # Safety
+    /// AVX2 present.
+    #[target_feature(enable = "avx2")]
+    #[inline]
+    unsafe fn operands<const SEVEN: bool>(raw: __m256i) -> (__m256i, __m256i) {
+        if SEVEN {
+            (_mm256_sub_epi8(raw, _mm256_set1_epi8(64)), raw)
+        } else {
+            let q = _mm256_xor_si256(raw, _mm256_set1_epi8(-128));
+            (_mm256_abs_epi8(q), q)
+        }
+    }
+
+    /// `Σ_4 u·x` per 32-bit lane for the operands of [`operands`] and 4 activation bytes `xj`.
+    ///
+    /// # Safety
+    /// AVX2 present.
+    #[target_feature(enable = "avx2")]
+    #[inline]
+    unsafe fn dot4<const SEVEN: bool>(u: __m256i, q: __m256i, xj: i32) -> __m256i {
+        let x = _mm256_set1_epi32(xj);
+        let x = if SEVEN { x } else { _mm256_sign_epi8(x, q) };
+        _mm256_madd_epi16(_mm256_maddubs_epi16(u, x), _mm256_set1_epi16(1))
+    }
+
+    /// The start of a block's integer sum: `−64·Σqa` for `SEVEN`, else 0.
+    ///
+    /// # Safety
+    /// AVX2 present.
+    #[target_feature(enable = "avx2")]
+    #[inline]
+    unsafe fn start<const SEVEN: bool>(head: i32) -> __m256i {
+        let sum = i32::from((head >> 16) as i16);
+        _mm256_set1_epi32(if SEVEN { -64 * sum } else { 0 })
+    }
 
     /// `T` tokens × 16 rows over `nb` blocks.
     ///
     /// # Safety
     /// AVX2 + FMA + F16C present; pointers as in `super::super::TileFn`.
     #[target_feature(enable = "avx2,fma,f16c")]
-    pub(in super::super) unsafe fn tile<const T: usize>(
+    pub(in super::super) unsafe fn tile<const T: usize, const SEVEN: bool>(
         group: super::super::GroupIn,
         x: *const u8,
         x_stride: usize,
@@ -116,7 +159,6 @@ mod avx2 {
         valid: usize,
     ) {
         let super::super::GroupIn { w, nb, pf } = group;
-        let (bias, ones) = (_mm256_set1_epi8(-128), _mm256_set1_epi16(1));
         let store = |h: usize, t: usize, v: __m256| {
             let rows = valid.saturating_sub(8 * h).min(8);
             // SAFETY: the `valid` columns of token t's output row are this thread's (caller).
@@ -133,19 +175,16 @@ mod avx2 {
                         crate::simd::prefetch(wb.wrapping_add(pf), 544);
                     }
                     let xb = x.add(b * 36);
-                    let ds = _mm_cvtph_ps(_mm_cvtsi32_si128((xb as *const i32).read_unaligned()));
-                    let da = _mm256_broadcastss_ps(ds);
-                    let mut acc = [_mm256_setzero_si256(); 2];
+                    let head = (xb as *const i32).read_unaligned();
+                    let da = _mm256_broadcastss_ps(_mm_cvtph_ps(_mm_cvtsi32_si128(head)));
+                    let mut acc = [start::<SEVEN>(head); 2];
                     for j in 0..8 {
-                        let xj =
-                            _mm256_set1_epi32((xb.add(4 + 4 * j) as *const i32).read_unaligned());
+                        let xj = (xb.add(4 + 4 * j) as *const i32).read_unaligned();
                         for (h, a) in acc.iter_mut().enumerate() {
                             let raw =
                                 _mm256_loadu_si256(wb.add(32 + 64 * j + 32 * h) as *const __m256i);
-                            let q = _mm256_xor_si256(raw, bias);
-                            let p =
-                                _mm256_maddubs_epi16(_mm256_abs_epi8(q), _mm256_sign_epi8(xj, q));
-                            *a = _mm256_add_epi32(*a, _mm256_madd_epi16(p, ones));
+                            let (u, q) = operands::<SEVEN>(raw);
+                            *a = _mm256_add_epi32(*a, dot4::<SEVEN>(u, q, xj));
                         }
                     }
                     for (h, fh) in f.iter_mut().enumerate() {
@@ -175,24 +214,21 @@ mod avx2 {
                         crate::simd::prefetch(wb.wrapping_add(pf), 544);
                     }
                     let d = _mm256_cvtph_ps(_mm_loadu_si128(wb.add(16 * h) as *const __m128i));
+                    let mut u = [_mm256_setzero_si256(); 8];
                     let mut q = [_mm256_setzero_si256(); 8];
-                    let mut aq = [_mm256_setzero_si256(); 8];
                     for j in 0..8 {
                         let raw =
                             _mm256_loadu_si256(wb.add(32 + 64 * j + 32 * h) as *const __m256i);
-                        q[j] = _mm256_xor_si256(raw, bias);
-                        aq[j] = _mm256_abs_epi8(q[j]);
+                        (u[j], q[j]) = operands::<SEVEN>(raw);
                     }
                     for (t, ft) in f.iter_mut().enumerate() {
                         let xb = x.add(t * x_stride + b * 36);
                         let head = (xb as *const i32).read_unaligned();
                         let ds = _mm_cvtph_ps(_mm_cvtsi32_si128(head));
-                        let mut acc = _mm256_setzero_si256();
+                        let mut acc = start::<SEVEN>(head);
                         for j in 0..8 {
                             let xj = (xb.add(4 + 4 * j) as *const i32).read_unaligned();
-                            let sx = _mm256_sign_epi8(_mm256_set1_epi32(xj), q[j]);
-                            let p = _mm256_maddubs_epi16(aq[j], sx);
-                            acc = _mm256_add_epi32(acc, _mm256_madd_epi16(p, ones));
+                            acc = _mm256_add_epi32(acc, dot4::<SEVEN>(u[j], q[j], xj));
                         }
                         let dd = _mm256_mul_ps(d, _mm256_broadcastss_ps(ds));
                         *ft = _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc), dd, *ft);
@@ -200,10 +236,7 @@ mod avx2 {
                 }
             }
             for (t, ft) in f.iter().enumerate() {
-                // SAFETY: the `valid` columns of token t's output row are this thread's (caller).
-                unsafe {
-                    crate::simd::store_first_lanes8(out.add(t * out_stride + 8 * h), rows, *ft)
-                };
+                store(h, t, *ft);
             }
         }
     }

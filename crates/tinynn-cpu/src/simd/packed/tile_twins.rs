@@ -19,13 +19,27 @@ fn noise(n: usize, seed: u64) -> Vec<f32> {
         .collect()
 }
 
-/// Runs `tile` for `t` tokens over group 0 of a `[k, 16]` weight of type `ty`.
-fn run(tile: TileFn, ty: GgmlType, k: usize, t: usize, valid: usize, seed: u64) -> Vec<f32> {
+/// Runs `tile` for `t` tokens over group 0 of a `[k, 16]` weight of type `ty` (`None`: Q8_0
+/// blocks of 7-bit quants, as `Q7_0x16` holds).
+fn run(
+    tile: TileFn,
+    ty: Option<GgmlType>,
+    k: usize,
+    t: usize,
+    valid: usize,
+    seed: u64,
+) -> Vec<f32> {
     let w = noise(k * GROUP_ROWS, seed);
+    let q7 = ty.is_none();
+    let ty = ty.unwrap_or(GgmlType::Q8_0);
     let rb = quant::row_bytes(ty, k).unwrap();
     let mut bytes = vec![0u8; rb * GROUP_ROWS];
     for (src, dst) in w.chunks_exact(k).zip(bytes.chunks_exact_mut(rb)) {
-        quant::quantize_row(ty, src, dst).unwrap();
+        if q7 {
+            super::transposed::quantize_row_q7(src, dst);
+        } else {
+            quant::quantize_row(ty, src, dst).unwrap();
+        }
     }
     let p = pack_always(ty, [k, GROUP_ROWS, 1, 1], &bytes).unwrap();
     let x: Vec<f32> = noise(k * t, seed + 7).iter().map(|v| v * 3.0).collect();
@@ -69,37 +83,38 @@ fn avx2_tiles_give_the_avx512_bits() {
         ($t:literal) => {
             [
                 (
-                    GgmlType::Q4_0,
+                    Some(GgmlType::Q4_0),
                     nibbles::tile_avx2::<$t, false, false, 8> as TileFn,
                     nibbles::tile::<$t, false, false, 8> as TileFn,
                 ),
                 (
-                    GgmlType::Q4_1,
+                    Some(GgmlType::Q4_1),
                     nibbles::tile_avx2::<$t, true, false, 0>,
                     nibbles::tile::<$t, true, false, 0>,
                 ),
                 (
-                    GgmlType::Q5_0,
+                    Some(GgmlType::Q5_0),
                     nibbles::tile_avx2::<$t, false, true, 16>,
                     nibbles::tile::<$t, false, true, 16>,
                 ),
                 (
-                    GgmlType::Q5_1,
+                    Some(GgmlType::Q5_1),
                     nibbles::tile_avx2::<$t, true, true, 0>,
                     nibbles::tile::<$t, true, true, 0>,
                 ),
                 (
-                    GgmlType::Q8_0,
-                    q8_0x16::tile_avx2::<$t>,
+                    Some(GgmlType::Q8_0),
+                    q8_0x16::tile_avx2::<$t, false>,
                     q8_0x16::tile::<$t>,
                 ),
+                (None, q8_0x16::tile_avx2::<$t, true>, q8_0x16::tile::<$t>),
                 (
-                    GgmlType::F16,
+                    Some(GgmlType::F16),
                     wide::tile_avx2::<$t, false>,
                     wide::tile::<$t, false>,
                 ),
                 (
-                    GgmlType::F32,
+                    Some(GgmlType::F32),
                     wide::tile_avx2::<$t, true>,
                     wide::tile::<$t, true>,
                 ),
@@ -122,13 +137,13 @@ fn avx2_tiles_give_the_avx512_bits() {
             _ => (q6_kx16::tile_avx2::<4>, q6_kx16::tile::<4>),
         };
         for (k, valid) in [(256, 16), (512, 11), (1536, 16), (768, 3)] {
-            let got = run(narrow, ty, k, t, valid, 5 + k as u64);
+            let got = run(narrow, Some(ty), k, t, valid, 5 + k as u64);
             assert!(
                 (0..t).all(|i| got[i * GROUP_ROWS..][..valid].iter().all(|v| v.is_finite())),
                 "{ty} t {t} k {k}: {got:?}"
             );
             if both {
-                let want = run(wide, ty, k, t, valid, 5 + k as u64);
+                let want = run(wide, Some(ty), k, t, valid, 5 + k as u64);
                 let same = got
                     .iter()
                     .zip(&want)
@@ -156,13 +171,13 @@ fn avx2_tiles_give_the_avx512_bits() {
                 let written: Vec<f32> = (0..t)
                     .flat_map(|i| got[i * GROUP_ROWS..][..valid].to_vec())
                     .collect();
-                assert!(written.iter().all(f), "{ty} t {t} k {k}: {written:?}");
+                assert!(written.iter().all(f), "{ty:?} t {t} k {k}: {written:?}");
                 let untouched = (0..t).all(|i| {
                     got[i * GROUP_ROWS + valid..][..GROUP_ROWS - valid]
                         .iter()
                         .all(|v| v.is_nan())
                 });
-                assert!(untouched, "{ty} t {t} k {k}: wrote past {valid} columns");
+                assert!(untouched, "{ty:?} t {t} k {k}: wrote past {valid} columns");
                 if both {
                     let want = run(wide, ty, k, t, valid, k as u64 + t as u64);
                     let same = got
@@ -171,7 +186,7 @@ fn avx2_tiles_give_the_avx512_bits() {
                         .all(|(a, b)| a.to_bits() == b.to_bits());
                     assert!(
                         same,
-                        "{ty} t {t} k {k} valid {valid}: AVX2 {got:?}\nAVX-512 {want:?}"
+                        "{ty:?} t {t} k {k} valid {valid}: AVX2 {got:?}\nAVX-512 {want:?}"
                     );
                 }
             }

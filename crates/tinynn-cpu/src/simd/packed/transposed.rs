@@ -1,16 +1,21 @@
-//! A frozen weight's transpose requantized to Q8_0, for its gradient product `Wᵀ·dy`
-//! (`mul_mat_t`): with it that product is a forward product of the integer kernels (`dy`'s
-//! rows quantized to Q8_1 blocks like any activations) instead of dequantized panels through
-//! the f32 GEMM.
+//! A frozen weight's transpose requantized to Q8_0 blocks of 7-bit quants, for its gradient
+//! product `Wᵀ·dy` (`mul_mat_t`): with it that product is a forward product of the integer
+//! kernels (`dy`'s rows quantized to Q8_1 blocks like any activations) instead of dequantized
+//! panels through the f32 GEMM.
 //!
-//! Not exact: `Wᵀ`'s values are rounded to 8 bits per 32 along the other axis (at most half a
-//! step of 1/127 of the block's largest), and `dy` to 8 bits per 32 (as the forward pass does
-//! to activations) — the same order as the bf16 rounding of the usual QLoRA backward.
+//! Not exact: `Wᵀ`'s values are rounded to 8 bits (7 at AVX2, below) per 32 along the other
+//! axis (at most half a step of 1/127 (1/63) of the block's largest), and `dy` to 8 bits per 32 (as the forward pass does
+//! to activations) — the order of the bf16 rounding of the usual QLoRA backward.
+//!
+//! 7 bits only where the AVX2 tiles run (no AVX-512 VNNI): that tile then takes the biased
+//! quants as its unsigned operand with no sign step (`PackKind::Q7_0x16`), a few percent of a
+//! whole QLoRA step. With AVX-512 VNNI the copy keeps ggml's 8-bit Q8_0 quants (1/127 steps),
+//! since that tile runs both at one speed.
 
 use tinynn_core::quant;
 use tinynn_format::GgmlType;
 
-use super::{pack, PackedWeight, GROUP_ROWS};
+use super::{pack, PackKind, PackedWeight, GROUP_ROWS};
 
 /// Weight rows dequantized per pass while transposing (each pass writes whole 64-byte
 /// runs of 16 values into every transposed row).
@@ -29,9 +34,10 @@ impl PackedWeight {
         self.backward.as_deref()
     }
 
-    /// `Wᵀ` (`[n_rows, k]` as ggml dims: `k` rows of `n_rows` values) requantized to Q8_0 and
-    /// packed, or `None` when `n_rows` is not whole Q8_0 blocks, the source type has no
-    /// dequantizer, the machine has no packed Q8_0 kernel, or the memory is refused.
+    /// `Wᵀ` (`[n_rows, k]` as ggml dims: `k` rows of `n_rows` values) requantized to Q8_0
+    /// (7-bit quants by [`quantize_row_q7`] where the AVX2 tiles run) and packed, or `None`
+    /// when `n_rows` is not whole Q8_0 blocks, the source type has no dequantizer, the machine
+    /// has no packed Q8_0 kernel, or the memory is refused.
     pub fn transposed_q8_0(&self) -> Option<PackedWeight> {
         let [k, n] = self.shape();
         if !n.is_multiple_of(32) {
@@ -57,11 +63,34 @@ impl PackedWeight {
         }
         let row_bytes = quant::row_bytes(GgmlType::Q8_0, n).ok()?;
         let mut bytes = vec![0u8; row_bytes * k];
+        let seven = !super::wide();
         for (src, dst) in t.chunks_exact(n).zip(bytes.chunks_exact_mut(row_bytes)) {
-            quant::quantize_row(GgmlType::Q8_0, src, dst).ok()?;
+            if seven {
+                quantize_row_q7(src, dst);
+            } else {
+                quant::quantize_row(GgmlType::Q8_0, src, dst).ok()?;
+            }
         }
         drop(t);
-        pack(GgmlType::Q8_0, [n, k, 1, 1], &bytes)
+        let mut packed = pack(GgmlType::Q8_0, [n, k, 1, 1], &bytes)?;
+        if seven {
+            packed.kind = PackKind::Q7_0x16;
+        }
+        Some(packed)
+    }
+}
+
+/// `x` (whole blocks of 32) as Q8_0 blocks (34 B: f16 `d`, 32 × i8) whose quants lie within
+/// ±63: `d = amax / 63`, `q = round(x / d)`, as ggml's Q8_0 quantizer does with 127.
+pub(super) fn quantize_row_q7(x: &[f32], out: &mut [u8]) {
+    for (xb, ob) in x.chunks_exact(32).zip(out.chunks_exact_mut(34)) {
+        let amax = xb.iter().fold(0f32, |m, v| m.max(v.abs()));
+        let d = amax / 63.0;
+        let id = if d != 0.0 { 1.0 / d } else { 0.0 };
+        ob[..2].copy_from_slice(&half::f16::from_f32(d).to_le_bytes());
+        for (o, v) in ob[2..].iter_mut().zip(xb) {
+            *o = (v * id).round().clamp(-63.0, 63.0) as i8 as u8;
+        }
     }
 }
 
@@ -82,7 +111,7 @@ mod tests {
     }
 
     #[test]
-    fn the_transpose_holds_the_weight_to_within_its_q8_0_rounding() {
+    fn the_transpose_holds_the_weight_to_within_its_rounding() {
         if !crate::simd::required_by_test(
             "packed Q8_0 kernels",
             super::super::packs(GgmlType::Q8_0),
@@ -101,6 +130,24 @@ mod tests {
             let t = p.transposed_q8_0().unwrap();
             assert_eq!(t.shape(), [n, k]);
             assert_eq!(t.source_type(), GgmlType::Q8_0);
+            // 7-bit quants where the AVX2 tiles run, else ggml's Q8_0.
+            let (kind, bound) = match super::super::wide() {
+                true => (PackKind::Q8_0x16, 127),
+                false => (PackKind::Q7_0x16, 63),
+            };
+            assert_eq!(t.kind(), kind);
+            // Every quant within the bound (what the AVX2 tile relies on), and some at it.
+            let mut raw = vec![0u8; t.row_bytes()];
+            let mut at_bound = false;
+            for i in 0..k {
+                t.unpack_row(i, &mut raw);
+                for q in raw.chunks_exact(34).flat_map(|b| &b[2..]) {
+                    let q = i32::from(*q as i8);
+                    assert!(q.abs() <= bound, "{ty}: quant {q}");
+                    at_bound |= q.abs() == bound;
+                }
+            }
+            assert!(at_bound, "{ty}: no quant at ±{bound}");
             let mut wt = vec![0f32; n];
             let mut rows = vec![vec![0f32; k]; n];
             for (r, row) in rows.iter_mut().enumerate() {
@@ -112,8 +159,8 @@ mod tests {
                 let col: Vec<f32> = rows.iter().map(|r| r[i]).collect();
                 for (b, (want, got)) in col.chunks_exact(32).zip(wt.chunks_exact(32)).enumerate() {
                     let amax = want.iter().fold(0f32, |m, v| m.max(v.abs()));
-                    // Half a step of amax/127, plus the f16 scale's rounding.
-                    let tol = amax / 127.0 * 0.5 + amax * 1e-3 + 1e-7;
+                    // Half a step of amax/bound, plus the f16 scale's rounding.
+                    let tol = amax / bound as f32 * 0.5 + amax * 1e-3 + 1e-7;
                     for (j, (w, g)) in want.iter().zip(got).enumerate() {
                         assert!(
                             (w - g).abs() <= tol,
