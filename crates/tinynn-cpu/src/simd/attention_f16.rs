@@ -5,8 +5,9 @@
 //! the heads only share the reading (and f16 → f32 conversion) of every K and V row.
 //!
 //! [`attend_rows_ref`] is the generic version (the dot kernel of `dot_fn(F16)` and
-//! `f16_accumulate`); the AVX-512 one keeps the same operations in the same order, so the two
-//! agree bit for bit (tested).
+//! `f16_accumulate`); the AVX-512 one and the AVX2 one (`attention_f16_avx2.rs`) keep the
+//! operations of that level's kernels in the same order, so each agrees with it bit for bit
+//! (tested).
 
 #[cfg(target_arch = "x86_64")]
 use std::arch::x86_64::*;
@@ -52,6 +53,9 @@ pub(crate) unsafe fn visible_rows(
     if step == 1 && Isa::detected() >= Isa::Avx512F {
         // SAFETY: AVX-512F present (checked); the mask row is contiguous here.
         j = unsafe { visible_rows_avx512(row, n, out) };
+    } else if step == 1 && Isa::detected() >= Isa::Avx2 {
+        // SAFETY: AVX2 present (checked); the mask row is contiguous here.
+        j = unsafe { super::attention_f16_avx2::visible_rows(row, n, out) };
     }
     for j in j..n {
         // SAFETY: j < n (caller).
@@ -124,6 +128,11 @@ pub(crate) unsafe fn attend_rows(
             // SAFETY: AVX-512F/F16C/FMA present (checked above); rows as the caller promises.
             return unsafe { attend_rows_avx512(kv, st, scale, softcap) };
         }
+        if Isa::detected() >= Isa::Avx2 && d % 16 == 0 && dv % 8 == 0 && d <= 512 && n <= MAX_HEADS
+        {
+            // SAFETY: AVX2/F16C/FMA present (checked above); rows as the caller promises.
+            return unsafe { super::attention_f16_avx2::attend_rows(kv, st, scale, softcap) };
+        }
     }
     // SAFETY: forwarded from the caller.
     unsafe { attend_rows_ref(kv, st, scale, softcap) }
@@ -189,16 +198,47 @@ fn softmax_step(mut s: f32, softcap: f32, m: f32, max: &mut f32) -> Option<(f32,
     })
 }
 
-/// Rows the AVX-512 kernel takes per pass: their scores first, then each head's softmax
-/// steps, then the value sums. Split that way the work has no long dependency chain (a row
+/// Each head's online softmax steps over one chunk of rows, in row order, from the chunk's
+/// scaled scores: `step[g][r]` is the factor the old sums scale by and row r's weight (a
+/// weight of −1, never a real one, marks a row the head skips). The running max and sum stay
+/// in registers across the chunk (through memory, each row's update waited on the last one's
+/// store); `sum · 1` is `sum`, so the multiply is skipped where the max did not move.
+#[cfg(target_arch = "x86_64")]
+pub(super) fn chunk_steps(
+    chunk: &[(usize, f32)],
+    score: &[[f32; CHUNK_ROWS]; MAX_HEADS],
+    step: &mut [[(f32, f32); CHUNK_ROWS]; MAX_HEADS],
+    st: &mut HeadsState<'_>,
+    softcap: f32,
+) {
+    for g in 0..st.max.len() {
+        let (mut max, mut sum) = (st.max[g], st.sum[g]);
+        for (r, &(_, m)) in chunk.iter().enumerate() {
+            step[g][r] = match softmax_step(score[g][r], softcap, m, &mut max) {
+                Some((ms, vs)) => {
+                    if ms != 1.0 {
+                        sum *= ms;
+                    }
+                    sum += vs;
+                    (ms, vs)
+                }
+                None => (1.0, -1.0),
+            };
+        }
+        (st.max[g], st.sum[g]) = (max, sum);
+    }
+}
+
+/// Rows the AVX-512 and AVX2 kernels take per pass: their scores first, then each head's
+/// softmax steps, then the value sums. Split that way the work has no long dependency chain (a row
 /// at a time, each head's value sum waited on its dot product's reduction and `expf`: SmolLM2
 /// decode attention ran at ~200 cycles a row and head).
 #[cfg(target_arch = "x86_64")]
-const CHUNK_ROWS: usize = 16;
+pub(super) const CHUNK_ROWS: usize = 16;
 
-/// Heads the AVX-512 kernel takes in one pass (more go to the generic kernel).
+/// Heads the AVX-512 and AVX2 kernels take in one pass (more go to the generic kernel).
 #[cfg(target_arch = "x86_64")]
-const MAX_HEADS: usize = 8;
+pub(super) const MAX_HEADS: usize = 8;
 
 /// [`attend_rows`] in AVX-512: each K and V row converted to f32 once for all heads; per
 /// chunk of rows, every head's scores (the dot kernel's order), then each head's online
@@ -261,25 +301,7 @@ unsafe fn attend_rows_avx512(kv: &KvRows<'_>, st: &mut HeadsState<'_>, scale: f3
             // SAFETY: sg holds CHUNK_ROWS = 16 floats.
             unsafe { _mm512_storeu_ps(sg.as_mut_ptr(), sums) };
         }
-        for g in 0..n {
-            // The running max and sum in registers across the chunk (through memory, each
-            // row's update waited on the last one's store). `sum · 1` is `sum`, so the
-            // multiply is skipped where the max did not move.
-            let (mut max, mut sum) = (st.max[g], st.sum[g]);
-            for (r, &(_, m)) in chunk.iter().enumerate() {
-                step[g][r] = match softmax_step(score[g][r], softcap, m, &mut max) {
-                    Some((ms, vs)) => {
-                        if ms != 1.0 {
-                            sum *= ms;
-                        }
-                        sum += vs;
-                        (ms, vs)
-                    }
-                    None => (1.0, -1.0),
-                };
-            }
-            (st.max[g], st.sum[g]) = (max, sum);
-        }
+        chunk_steps(chunk, &score, &mut step, st, softcap);
         // SAFETY: the caller's contract (rows inside V; acc holds n·dv f32s).
         if unsafe { value_sums_in_registers(kv, chunk, &step, ap, n, dv) } {
             continue;
@@ -507,6 +529,23 @@ mod tests {
                 let got: Vec<(usize, u32)> = got.iter().map(|&(j, m)| (j, m.to_bits())).collect();
                 assert_eq!(got, want, "n {n} step {step}");
             }
+            // The AVX2 scan directly (an AVX-512 run dispatches to the other one), its tail
+            // by hand.
+            #[cfg(target_arch = "x86_64")]
+            if crate::simd::Isa::available().contains(&crate::simd::Isa::Avx2) {
+                let mut got = Vec::new();
+                // SAFETY: AVX2 present (checked); row holds n readable values.
+                let done = unsafe {
+                    crate::simd::attention_f16_avx2::visible_rows(row.as_ptr(), n, &mut got)
+                };
+                got.extend(
+                    (done..n)
+                        .filter(|&j| row[j] != f32::NEG_INFINITY)
+                        .map(|j| (j, row[j])),
+                );
+                let got: Vec<(usize, u32)> = got.iter().map(|&(j, m)| (j, m.to_bits())).collect();
+                assert_eq!(got, want, "AVX2 scan, n {n}");
+            }
             let mut all = Vec::new();
             // SAFETY: no mask: nothing is read.
             unsafe { visible_rows(None, n, &mut all) };
@@ -514,14 +553,52 @@ mod tests {
         }
     }
 
-    /// The dispatching kernel (AVX-512 where present) equals the generic one bit for bit, over
-    /// head counts, sizes, masks (skipped and biased rows), softcap and row strides.
+    /// The dispatching kernel (AVX-512 or AVX2, as `TINYNN_ISA` and the CPU allow) equals the
+    /// generic one bit for bit, over head counts, sizes, masks (skipped and biased rows),
+    /// softcap and row strides.
     #[test]
     fn fast_path_equals_generic_bit_for_bit() {
-        let fast = crate::simd::Isa::detected() >= crate::simd::Isa::Avx512F;
-        if !crate::simd::required_by_test("the AVX-512 decode attention", fast) {
+        let fast = crate::simd::Isa::detected() >= crate::simd::Isa::Avx2;
+        if !crate::simd::required_by_test("the SIMD decode attention", fast) {
             return;
         }
+        compare(attend_rows, crate::simd::dot_fn(GgmlType::F16).unwrap());
+    }
+
+    /// The AVX2 kernel equals the generic one with the AVX2 F16 dot, whatever the level in use
+    /// (so an AVX-512 run tests it too).
+    #[test]
+    fn avx2_kernel_equals_generic_bit_for_bit() {
+        let avx2 = crate::simd::Isa::available().contains(&crate::simd::Isa::Avx2);
+        if !crate::simd::required_by_test("AVX2", avx2) {
+            return;
+        }
+        compare(
+            avx2_dispatch,
+            crate::simd::avx2::dot_fn(GgmlType::F16).unwrap(),
+        );
+    }
+
+    /// The AVX2 kernel where its shape rules allow it, else the generic one.
+    unsafe fn avx2_dispatch(kv: &KvRows<'_>, st: &mut HeadsState<'_>, scale: f32, softcap: f32) {
+        let n = st.max.len();
+        let (d, dv) = (st.q.len() / n, st.acc.len() / n);
+        // SAFETY: AVX2 present (the test checked); the shape rules of the AVX2 kernel hold on
+        // the first branch; rows as the caller promises.
+        unsafe {
+            if d % 16 == 0 && dv % 8 == 0 && d <= 512 && n <= MAX_HEADS {
+                crate::simd::attention_f16_avx2::attend_rows(kv, st, scale, softcap)
+            } else {
+                attend_rows_ref(kv, st, scale, softcap)
+            }
+        }
+    }
+
+    /// `fast` against the generic kernel with the dot kernel `dot`, bit for bit.
+    fn compare(
+        fast: unsafe fn(&KvRows<'_>, &mut HeadsState<'_>, f32, f32),
+        dot: crate::simd::DotFn,
+    ) {
         let mut seed = Rng::new(0x9E37_79B9_7F4A_7C15);
         for &(n, d, dv, n_rows) in &[
             (1, 64, 64, 1),
@@ -534,6 +611,8 @@ mod tests {
             (4, 256, 256, 50),
             (5, 16, 32, 9),
             (2, 48, 80, 17),
+            (3, 32, 40, 33),
+            (2, 64, 120, 21),
         ] {
             for softcap in [0.0, 30.0] {
                 let stride_rows = 3; // rows interleaved with two other sequences'
@@ -559,9 +638,9 @@ mod tests {
                     v: v.as_ptr(),
                     v_stride: 2 * dv,
                     rows: &rows,
-                    dot: crate::simd::dot_fn(GgmlType::F16).unwrap(),
+                    dot,
                 };
-                let fast = run(attend_rows, &kv, &q, (n, dv), softcap);
+                let fast = run(fast, &kv, &q, (n, dv), softcap);
                 let slow = run(attend_rows_ref, &kv, &q, (n, dv), softcap);
                 let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
                 assert_eq!(

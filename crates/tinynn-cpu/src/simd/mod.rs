@@ -9,6 +9,8 @@ pub(crate) mod attention_back;
 pub(crate) mod attention_block;
 pub(crate) mod attention_f16;
 #[cfg(target_arch = "x86_64")]
+mod attention_f16_avx2;
+#[cfg(target_arch = "x86_64")]
 mod avx2;
 #[cfg(target_arch = "x86_64")]
 mod avx2_kquants;
