@@ -186,6 +186,35 @@ fn packed_reference_and_simd_match_the_format_reference() {
     }
 }
 
+/// A packed copy's rows read back as f32 (what the dequantizing gradient products take from it
+/// once the file's bytes are dropped) equal the format's dequantizer on the file's rows, bit
+/// for bit, for every format, in rows under and over 4 KiB; a row past the end or an output
+/// of the wrong length is refused.
+#[test]
+fn dequantized_rows_of_the_packed_copy_equal_the_format_dequantizer() {
+    for ty in FORMATS {
+        let ks: &[usize] = match ty {
+            GgmlType::Q4K | GgmlType::Q6K => &[256, 8192],
+            _ => &[96, 4160],
+        };
+        for &k in ks {
+            let n = 37;
+            let w = quantized(ty, k, n, 3 + k as u64);
+            let p = packed::pack_always(ty, [k, n, 1, 1], &w).unwrap();
+            let rb = quant::row_bytes(ty, k).unwrap();
+            let (mut want, mut got) = (vec![0f32; k], vec![f32::NAN; k]);
+            for r in 0..n {
+                quant::dequantize_row(ty, &w[r * rb..][..rb], &mut want).unwrap();
+                assert!(p.dequantize_row(r, &mut got), "{ty} k={k} row {r}");
+                let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                assert_eq!(bits(&got), bits(&want), "{ty} k={k} row {r}");
+            }
+            assert!(!p.dequantize_row(n, &mut got), "{ty}: row past the end");
+            assert!(!p.dequantize_row(0, &mut got[1..]), "{ty}: short output");
+        }
+    }
+}
+
 #[test]
 fn pack_refuses_what_it_cannot_pack() {
     let w = quantized(GgmlType::Q4_1, 64, 2, 1);

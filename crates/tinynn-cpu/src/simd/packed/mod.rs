@@ -41,6 +41,7 @@ macro_rules! pick_tile {
 }
 
 #[cfg(target_arch = "x86_64")]
+mod activations;
 mod avx2_tiles;
 mod bf16x16;
 mod f16x16;
@@ -578,6 +579,10 @@ impl PackedWeight {
         );
         let be = self.kind.block_elems();
         let (g, r) = (n / GROUP_ROWS, n % GROUP_ROWS);
+        if matches!(self.kind, PackKind::Q8_0x16 | PackKind::Q7_0x16) {
+            q8_0x16::dequantize_row(&self.data.as_bytes()[g * nb * bb..][..nb * bb], r, out);
+            return true;
+        }
         // Rows up to 4 KiB are unpacked whole and dequantized in one call.
         let mut row = [0u8; 4096];
         if let Some(row) = row.get_mut(..nb * sb) {
@@ -601,39 +606,6 @@ impl PackedWeight {
 
     pub fn n_groups(&self) -> usize {
         self.n_rows.div_ceil(GROUP_ROWS)
-    }
-
-    /// Bytes of `n` (whole 32-element blocks) prepared activations.
-    pub fn activation_bytes(&self, n: usize) -> usize {
-        match self.kind.activation_format() {
-            ActFormat::Q8_1 | ActFormat::Q8_1IntSum => n / BLOCK * ACT_BLOCK_BYTES,
-            ActFormat::Q8K => n / SUPER * Q8K_BLOCK_BYTES,
-            ActFormat::F32RoundedF16 | ActFormat::F32 => n * 4,
-            ActFormat::Bf16 => n * 2,
-        }
-    }
-
-    /// Bytes of one prepared activation row.
-    pub fn activation_row_bytes(&self) -> usize {
-        self.activation_bytes(self.k)
-    }
-
-    /// Converts f32 activations (a row, or a run of whole blocks of one) into the kind's
-    /// activation format in `out` (`activation_bytes(x.len())` bytes).
-    pub fn prepare_activations(&self, x: &[f32], out: &mut [u8]) {
-        use crate::simd::quantize_q8;
-        match self.kind.activation_format() {
-            ActFormat::Q8_1 => quantize_q8::q8_1_row(x, out, false),
-            ActFormat::Q8_1IntSum => quantize_q8::q8_1_row(x, out, true),
-            ActFormat::Q8K => quantize_q8::q8_k_row(x, out),
-            ActFormat::F32RoundedF16 => quantize_q8::round_f16_row(x, out),
-            ActFormat::Bf16 => quantize_q8::bf16_row(x, out),
-            ActFormat::F32 => {
-                for (o, v) in out.chunks_exact_mut(4).zip(x) {
-                    o.copy_from_slice(&v.to_le_bytes());
-                }
-            }
-        }
     }
 
     /// `out[t·out_stride + n] = Σ_k w[n, k] · x_t[k]` for tokens `t < m` and the rows of

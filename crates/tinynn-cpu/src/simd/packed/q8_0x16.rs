@@ -15,6 +15,20 @@ pub(super) fn pack_block(src: &[u8], r: usize, dst: &mut [u8]) {
     }
 }
 
+/// Row `r` of a group (`w`: its whole blocks) as f32, `q · d` as the Q8_0 dequantizer gives
+/// it, straight from the packed bytes (the head's f32 gradient product dequantizes 4096-row
+/// panels of it every training step).
+pub(super) fn dequantize_row(w: &[u8], r: usize, out: &mut [f32]) {
+    for (wb, ob) in w.chunks_exact(544).zip(out.chunks_exact_mut(32)) {
+        let d = f16_at(&wb[2 * r..]);
+        for (j, oj) in ob.chunks_exact_mut(4).enumerate() {
+            for (i, o) in oj.iter_mut().enumerate() {
+                *o = f32::from((wb[32 + 64 * j + 4 * r + i] ^ 0x80) as i8) * d;
+            }
+        }
+    }
+}
+
 /// Row `r` of a group (`nb` blocks at `w`) · activation row `x`, from the packed bytes.
 pub(super) fn dot_ref(w: &[u8], nb: usize, r: usize, x: &[u8]) -> f32 {
     let mut acc = 0f32;
