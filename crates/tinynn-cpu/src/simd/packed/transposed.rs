@@ -35,7 +35,7 @@ impl PackedWeight {
     }
 
     /// `Wᵀ` (`[n_rows, k]` as ggml dims: `k` rows of `n_rows` values) requantized to Q8_0
-    /// (7-bit quants by [`quantize_row_q7`] where the AVX2 tiles run) and packed, or `None`
+    /// (7-bit quants by `quantize_row_q7` where the AVX2 tiles run) and packed, or `None`
     /// when `n_rows` is not whole Q8_0 blocks, the source type has no dequantizer, the machine
     /// has no packed Q8_0 kernel, or the memory is refused.
     pub fn transposed_q8_0(&self) -> Option<PackedWeight> {
