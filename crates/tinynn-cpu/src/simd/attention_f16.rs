@@ -34,6 +34,18 @@ pub(crate) struct KvRows<'a> {
     pub dot: super::DotFn,
 }
 
+impl KvRows<'_> {
+    /// Prefetches the K and V rows (`2·d` and `2·dv` bytes) of the visible row
+    /// [`KV_AHEAD`] past the `r`-th, if there is one.
+    #[inline]
+    pub(super) fn prefetch_ahead(&self, r: usize, d: usize, dv: usize) {
+        if let Some(&(ahead, _)) = self.rows.get(r + KV_AHEAD) {
+            super::prefetch(self.k.wrapping_add(ahead * self.k_stride), 2 * d);
+            super::prefetch(self.v.wrapping_add(ahead * self.v_stride), 2 * dv);
+        }
+    }
+}
+
 /// Appends to `out` the kv rows `j < n` whose mask value (`row[j·step]`; every row when there
 /// is no mask) is not −∞, each with that value, in order.
 ///
@@ -152,10 +164,7 @@ pub(crate) unsafe fn attend_rows_ref(
     let (d, dv) = (st.q.len() / n, st.acc.len() / n);
     let (dot, q16) = (kv.dot, st.q16);
     for (r, &(j, m)) in kv.rows.iter().enumerate() {
-        if let Some(&(ahead, _)) = kv.rows.get(r + KV_AHEAD) {
-            super::prefetch(kv.k.wrapping_add(ahead * kv.k_stride), 2 * d);
-            super::prefetch(kv.v.wrapping_add(ahead * kv.v_stride), 2 * dv);
-        }
+        kv.prefetch_ahead(r, d, dv);
         // SAFETY: row j of K and V holds 2·d and 2·dv bytes (caller).
         let (krow, vrow) = unsafe {
             (
@@ -264,10 +273,7 @@ unsafe fn attend_rows_avx512(kv: &KvRows<'_>, st: &mut HeadsState<'_>, scale: f3
     let scale16 = _mm512_set1_ps(scale);
     for (c0, chunk) in kv.rows.chunks(CHUNK_ROWS).enumerate() {
         for (r, &(j, _)) in chunk.iter().enumerate() {
-            if let Some(&(ahead, _)) = kv.rows.get(c0 * CHUNK_ROWS + r + KV_AHEAD) {
-                super::prefetch(kv.k.wrapping_add(ahead * kv.k_stride), 2 * d);
-                super::prefetch(kv.v.wrapping_add(ahead * kv.v_stride), 2 * dv);
-            }
+            kv.prefetch_ahead(c0 * CHUNK_ROWS + r, d, dv);
             // SAFETY: row j of K holds d f16s (caller); q holds n·d f32s.
             unsafe {
                 let krow = kv.k.add(j * kv.k_stride);

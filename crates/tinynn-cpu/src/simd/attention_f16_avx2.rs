@@ -17,10 +17,6 @@ use std::arch::x86_64::*;
 
 use super::attention_f16::{chunk_steps, HeadsState, KvRows, CHUNK_ROWS, MAX_HEADS};
 
-/// Visible kv rows ahead of the current one whose K and V rows are prefetched (as the other
-/// kernels do).
-const KV_AHEAD: usize = 8;
-
 /// `attention_f16::visible_rows` for a contiguous mask row, 8 values at a time; returns how far
 /// it got (the rest, under 8, is left to the caller).
 ///
@@ -67,10 +63,7 @@ pub(super) unsafe fn attend_rows(
     let mut step = [[(1f32, 0f32); CHUNK_ROWS]; MAX_HEADS];
     for (c0, chunk) in kv.rows.chunks(CHUNK_ROWS).enumerate() {
         for (r, &(j, _)) in chunk.iter().enumerate() {
-            if let Some(&(ahead, _)) = kv.rows.get(c0 * CHUNK_ROWS + r + KV_AHEAD) {
-                super::prefetch(kv.k.wrapping_add(ahead * kv.k_stride), 2 * d);
-                super::prefetch(kv.v.wrapping_add(ahead * kv.v_stride), 2 * dv);
-            }
+            kv.prefetch_ahead(c0 * CHUNK_ROWS + r, d, dv);
             // SAFETY: row j of K holds d f16s (caller); q holds n·d f32s.
             unsafe {
                 let krow = kv.k.add(j * kv.k_stride);
