@@ -21,10 +21,12 @@ pub(super) fn pack_block(src: &[u8], r: usize, dst: &mut [u8]) {
 pub(super) fn dequantize_row(w: &[u8], r: usize, out: &mut [f32]) {
     for (wb, ob) in w.chunks_exact(544).zip(out.chunks_exact_mut(32)) {
         let d = f16_at(&wb[2 * r..]);
-        for (j, oj) in ob.chunks_exact_mut(4).enumerate() {
-            for (i, o) in oj.iter_mut().enumerate() {
-                *o = f32::from((wb[32 + 64 * j + 4 * r + i] ^ 0x80) as i8) * d;
-            }
+        // The row's 4 quants of each 64-byte step, taken as one array so the four
+        // conversions compile to one vector step (a byte at a time ran ~4 cycles each).
+        for (qj, oj) in wb[32..].chunks_exact(64).zip(ob.chunks_exact_mut(4)) {
+            let q: [u8; 4] = [qj[4 * r], qj[4 * r + 1], qj[4 * r + 2], qj[4 * r + 3]];
+            let v = q.map(|b| f32::from((b ^ 0x80) as i8) * d);
+            oj.copy_from_slice(&v);
         }
     }
 }
