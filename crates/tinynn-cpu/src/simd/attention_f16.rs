@@ -140,8 +140,7 @@ pub(crate) unsafe fn attend_rows(
             // SAFETY: AVX-512F/F16C/FMA present (checked above); rows as the caller promises.
             return unsafe { attend_rows_avx512(kv, st, scale, softcap) };
         }
-        if Isa::detected() >= Isa::Avx2 && d % 16 == 0 && dv % 8 == 0 && d <= 512 && n <= MAX_HEADS
-        {
+        if Isa::detected() >= Isa::Avx2 && super::attention_f16_avx2::fits(n, d, dv) {
             // SAFETY: AVX2/F16C/FMA present (checked above); rows as the caller promises.
             return unsafe { super::attention_f16_avx2::attend_rows(kv, st, scale, softcap) };
         }
@@ -592,7 +591,7 @@ mod tests {
         // SAFETY: AVX2 present (the test checked); the shape rules of the AVX2 kernel hold on
         // the first branch; rows as the caller promises.
         unsafe {
-            if d % 16 == 0 && dv % 8 == 0 && d <= 512 && n <= MAX_HEADS {
+            if crate::simd::attention_f16_avx2::fits(n, d, dv) {
                 crate::simd::attention_f16_avx2::attend_rows(kv, st, scale, softcap)
             } else {
                 attend_rows_ref(kv, st, scale, softcap)

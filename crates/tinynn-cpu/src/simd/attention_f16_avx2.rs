@@ -42,11 +42,17 @@ pub(super) unsafe fn visible_rows(row: *const f32, n: usize, out: &mut Vec<(usiz
     j
 }
 
+/// Whether [`attend_rows`] takes `n` heads of `d`-value keys and `dv`-value values: `d` a
+/// multiple of 16 and at most 512 (its K row in registers), `dv` a multiple of 8, at most
+/// [`MAX_HEADS`] heads.
+pub(super) fn fits(n: usize, d: usize, dv: usize) -> bool {
+    d.is_multiple_of(16) && d <= 512 && dv.is_multiple_of(8) && n <= MAX_HEADS
+}
+
 /// `attention_f16::attend_rows` in AVX2.
 ///
 /// # Safety
-/// As `attention_f16::attend_rows`, plus AVX2 present, `d` a multiple of 16 and at most 512,
-/// `dv` a multiple of 8, at most [`MAX_HEADS`] heads.
+/// As `attention_f16::attend_rows`, plus AVX2 present and [`fits`] for the shape.
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(super) unsafe fn attend_rows(
     kv: &KvRows<'_>,
@@ -56,7 +62,7 @@ pub(super) unsafe fn attend_rows(
 ) {
     let n = st.max.len();
     let (d, dv) = (st.q.len() / n, st.acc.len() / n);
-    debug_assert!(d % 16 == 0 && d <= 512 && dv % 8 == 0 && n <= MAX_HEADS);
+    debug_assert!(fits(n, d, dv));
     let qp = st.q.as_ptr();
     let mut kf = [_mm256_setzero_ps(); 64];
     let mut score = [[0f32; CHUNK_ROWS]; MAX_HEADS];

@@ -40,8 +40,8 @@ macro_rules! pick_tile {
     };
 }
 
-#[cfg(target_arch = "x86_64")]
 mod activations;
+#[cfg(target_arch = "x86_64")]
 mod avx2_tiles;
 mod bf16x16;
 mod f16x16;
