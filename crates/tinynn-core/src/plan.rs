@@ -54,6 +54,9 @@ pub struct Step {
 /// A compiled graph.
 #[derive(Clone, Debug)]
 pub struct Plan {
+    /// Unique to one compilation (clones share it: a plan never changes once compiled), so a
+    /// backend can keep what it derives from a plan across runs.
+    id: u64,
     graph: Graph,
     steps: Vec<Step>,
     locations: Vec<Option<Location>>,
@@ -62,6 +65,16 @@ pub struct Plan {
     buffers: Vec<ArenaBuffer>,
     arena_bytes: usize,
 }
+
+/// Steps a small buffer's bytes wait, once it died, before another buffer may take them.
+/// Neighbouring steps then write disjoint bytes, so a backend may run them without a
+/// barrier between (the CPU executor's step groups): a decode token's steps each take
+/// microseconds, and its buffers are a few KiB.
+pub const REUSE_DELAY_STEPS: usize = 8;
+
+/// Buffers up to this size wait [`REUSE_DELAY_STEPS`]; larger ones (prefill and training
+/// activations, whose steps are long) are reused at once, so the peak stays what it was.
+pub const REUSE_DELAY_MAX_BYTES: usize = 64 << 10;
 
 /// First-fit allocator over a free list; the arena grows when nothing fits.
 struct Allocator {
@@ -195,7 +208,16 @@ impl Plan {
         let mut buffers: Vec<ArenaBuffer> = Vec::new();
         let mut buffer_of: Vec<Option<usize>> = vec![None; n];
         let mut steps = Vec::with_capacity(order.len());
+        // Small dead buffers waiting for their delay: (first step that may reuse, offset, bytes).
+        let mut waiting: Vec<(usize, usize, usize)> = Vec::new();
         for (step, &t) in order.iter().enumerate() {
+            waiting.retain(|&(from, offset, bytes)| {
+                let ready = from <= step;
+                if ready {
+                    alloc.free(offset, bytes);
+                }
+                !ready
+            });
             let node = graph.node(t);
             if node.mem == Mem::Arena {
                 let bytes = node.layout.contiguous_bytes();
@@ -239,7 +261,9 @@ impl Plan {
             for (i, b) in buffers.iter().enumerate() {
                 let dies_here =
                     b.last == step && (b.is_work || buffer_of[b.tensor.index()] == Some(i));
-                if dies_here {
+                if dies_here && b.bytes <= REUSE_DELAY_MAX_BYTES {
+                    waiting.push((step + 1 + REUSE_DELAY_STEPS, b.offset, b.bytes));
+                } else if dies_here {
                     alloc.free(b.offset, b.bytes);
                 }
             }
@@ -264,7 +288,9 @@ impl Plan {
                 }
             }
         }
+        static NEXT_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
         let plan = Plan {
+            id: NEXT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
             graph,
             steps,
             locations,
@@ -275,6 +301,11 @@ impl Plan {
         };
         debug_assert_eq!(plan.verify(), Ok(()));
         plan
+    }
+
+    /// Identifies this compilation: equal ids mean equal plans.
+    pub fn id(&self) -> u64 {
+        self.id
     }
 
     pub fn graph(&self) -> &Graph {

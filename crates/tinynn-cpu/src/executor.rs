@@ -17,9 +17,13 @@ use tinynn_format::GgmlType;
 
 use crate::kernels::{self, RawTensor, RunErrors, StepArgs, ERR_INDEX, MAX_SRC};
 use crate::memory::{AlignedBuf, Memory, MemoryError};
-use crate::pool::{JobPanicked, RunError, RunStats, ThreadPool};
+use crate::pool::{JobPanicked, RunError, ThreadPool};
 
+mod groups;
+mod thread_choice;
 mod watch;
+
+use thread_choice::ThreadChoice;
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ExecError {
@@ -107,47 +111,11 @@ pub struct Executor {
     /// Per step and thread: start and end in ns since the run began (when tracing).
     spans: Option<Vec<AtomicU64>>,
     threads: ThreadChoice,
-}
-
-/// The thread count of the next run (see `ExecOptions::adaptive_threads`).
-#[derive(Clone, Copy)]
-struct ThreadChoice {
-    adaptive: bool,
-    /// Threads of the next run.
-    active: usize,
-    /// Runs left on one thread before trying all again.
-    cooldown: u32,
-    /// The next cooldown if the machine is still busy.
-    backoff: u32,
-    /// Threads of the last run (for traces).
-    last: usize,
-}
-
-impl ThreadChoice {
-    const FIRST_BACKOFF: u32 = 8;
-    const MAX_BACKOFF: u32 = 512;
-
-    fn after(&mut self, stats: RunStats, all: usize) {
-        self.last = stats.threads;
-        if !self.adaptive || all == 1 {
-            return;
-        }
-        if stats.threads > 1 {
-            let budget = stats.wall * stats.threads as u32 / 4;
-            if stats.slept > budget {
-                self.active = 1;
-                self.cooldown = self.backoff;
-                self.backoff = (self.backoff * 2).min(Self::MAX_BACKOFF);
-            } else {
-                self.backoff = Self::FIRST_BACKOFF;
-            }
-        } else if self.cooldown > 0 {
-            self.cooldown -= 1;
-            if self.cooldown == 0 {
-                self.active = all;
-            }
-        }
-    }
+    /// The barrier plan (`groups::sync_after`) of the last plans run, by plan id.
+    syncs: Vec<(u64, Arc<[bool]>)>,
+    /// Steps may run in groups without barriers between them (`groups`); off, a barrier
+    /// follows every step.
+    step_groups: bool,
 }
 
 struct Job<'a> {
@@ -164,10 +132,13 @@ struct Job<'a> {
     strict: bool,
     bf16_matmul: bool,
     trace: Option<(&'a [AtomicU64], Instant)>,
-    /// Work counters of the steps that hand out work dynamically: step `i` uses
-    /// `claims[i % 2]`, which thread 0 zeroes after the barrier that ends step `i` (no
-    /// thread touches it again before the barrier ending step `i + 1`).
-    claims: &'a [AtomicUsize; 2],
+    /// Per step: a barrier follows it (see `groups`).
+    sync: &'a [bool],
+    /// Work counters of the steps that hand out work dynamically: the `p`-th step of the
+    /// `g`-th group (steps between two barriers) uses `claims[(g % 2) * MAX_GROUP + p]`, which
+    /// thread 0 zeroes after the barrier that ends the group (no thread touches it again
+    /// before the barrier ending group `g + 1`).
+    claims: &'a [AtomicUsize; 2 * groups::MAX_GROUP],
     /// `(step, t)`: persistent `t` is final after `step` (checked against the plan);
     /// thread 0 hands it to `ready` then, ascending.
     watch: &'a [(usize, TensorId)],
@@ -219,6 +190,7 @@ impl Job<'_> {
     fn run(&self, ctx: &crate::pool::Ctx<'_>, at: &mut usize) {
         let g = self.plan.graph();
         let mut watched = 0;
+        let (mut group, mut in_group) = (0, 0);
         for (i, step) in self.plan.steps().iter().enumerate() {
             *at = i;
             let started = self.trace.map(|(_, t0)| t0.elapsed().as_nanos() as u64);
@@ -269,7 +241,7 @@ impl Job<'_> {
                 errors: self.errors,
                 strict: self.strict,
                 bf16_matmul: self.bf16_matmul,
-                claims: &self.claims[i % 2],
+                claims: &self.claims[(group % 2) * groups::MAX_GROUP + in_group],
                 claimable: true,
                 kv_splits: self.span_threads,
             };
@@ -279,15 +251,22 @@ impl Job<'_> {
                 spans[slot].store(start, Ordering::Relaxed);
                 spans[slot + 1].store(t0.elapsed().as_nanos() as u64, Ordering::Relaxed);
             }
+            if !self.sync[i] {
+                in_group += 1;
+                continue;
+            }
             if ctx.barrier().is_err() {
                 // Another thread panicked: what later steps read may never have been written.
                 return;
             }
             if ctx.ith == 0 {
-                self.claims[i % 2].store(0, Ordering::Relaxed);
+                let first = (group % 2) * groups::MAX_GROUP;
+                for c in &self.claims[first..=first + in_group] {
+                    c.store(0, Ordering::Relaxed);
+                }
                 if let Some(ready) = self.ready {
                     while let Some(&(step, t)) = self.watch.get(watched) {
-                        if step != i {
+                        if step > i {
                             break;
                         }
                         ready(t, self.final_persistent(t));
@@ -295,6 +274,7 @@ impl Job<'_> {
                     }
                 }
             }
+            (group, in_group) = (group + 1, 0);
         }
     }
 }
@@ -347,6 +327,8 @@ impl Executor {
             strict: opts.strict,
             bf16_matmul: opts.bf16_matmul && !opts.strict,
             spans,
+            syncs: Vec::new(),
+            step_groups: true,
             threads: ThreadChoice {
                 adaptive: opts.adaptive_threads,
                 active: threads,
@@ -355,6 +337,30 @@ impl Executor {
                 last: threads,
             },
         }
+    }
+
+    /// Where `plan`'s runs meet at a barrier, derived once per plan (the last few are kept:
+    /// a session alternates prefill and decode plans).
+    fn sync_of(&mut self, plan: &Plan) -> Arc<[bool]> {
+        if !self.step_groups {
+            return vec![true; plan.steps().len()].into();
+        }
+        if let Some((_, s)) = self.syncs.iter().find(|(id, _)| *id == plan.id()) {
+            return s.clone();
+        }
+        let s: Arc<[bool]> = groups::sync_after(plan).into();
+        if self.syncs.len() == 4 {
+            self.syncs.remove(0);
+        }
+        self.syncs.push((plan.id(), s.clone()));
+        s
+    }
+
+    /// Lets neighbouring steps that touch disjoint bytes (or the same rows of a row-wise
+    /// chain) run without a barrier between them: on by default. Results are the same either
+    /// way; off is for comparing and for finding a kernel that breaks the contract.
+    pub fn set_step_groups(&mut self, on: bool) {
+        self.step_groups = on;
     }
 
     /// The threads runs use (the pool may have more: it is shared).
@@ -429,7 +435,8 @@ impl Executor {
         if let Some(spans) = &self.spans {
             spans.iter().for_each(|s| s.store(0, Ordering::Relaxed));
         }
-        let claims = [AtomicUsize::new(0), AtomicUsize::new(0)];
+        let claims = std::array::from_fn(|_| AtomicUsize::new(0));
+        let sync = self.sync_of(plan);
         self.persistent_lens.clear();
         self.persistent_lens
             .extend(mem.persistent.iter().map(|p| p.len()));
@@ -446,6 +453,7 @@ impl Executor {
             bf16_matmul: self.bf16_matmul,
             trace: self.spans.as_deref().map(|s| (s, Instant::now())),
             claims: &claims,
+            sync: &sync,
             watch,
             ready,
             persistent_lens: &self.persistent_lens,
@@ -617,7 +625,6 @@ fn json_escape(s: &str) -> String {
 mod tests {
     use super::*;
     use std::sync::Mutex;
-    use std::time::Duration;
     use tinynn_core::graph::Graph;
 
     /// Test-only fault injection (compiled only into this crate's unit tests): a node named
@@ -730,60 +737,5 @@ mod tests {
             vec![Err(ExecError::NestedRun)]
         );
         assert!(run_plan(&mut exec.lock().unwrap(), None).is_ok());
-    }
-
-    fn stats(threads: usize, wall_ms: u64, slept_ms: u64) -> RunStats {
-        RunStats {
-            wall: Duration::from_millis(wall_ms),
-            slept: Duration::from_millis(slept_ms),
-            threads,
-        }
-    }
-
-    #[test]
-    fn busy_runs_fall_back_to_one_thread_and_retry_with_backoff() {
-        let mut c = ThreadChoice {
-            adaptive: true,
-            active: 2,
-            cooldown: 0,
-            backoff: ThreadChoice::FIRST_BACKOFF,
-            last: 2,
-        };
-        // Quiet runs keep both threads.
-        c.after(stats(2, 10, 1), 2);
-        assert_eq!(c.active, 2);
-        // A run whose threads slept through most of it: one thread for 8 runs.
-        c.after(stats(2, 10, 15), 2);
-        assert_eq!(c.active, 1);
-        for _ in 0..7 {
-            c.after(stats(1, 5, 0), 2);
-            assert_eq!(c.active, 1);
-        }
-        c.after(stats(1, 5, 0), 2);
-        assert_eq!(c.active, 2);
-        // Still busy: twice as long on one thread.
-        c.after(stats(2, 10, 15), 2);
-        assert_eq!((c.active, c.cooldown), (1, 16));
-        for _ in 0..16 {
-            c.after(stats(1, 5, 0), 2);
-        }
-        assert_eq!(c.active, 2);
-        // Quiet again: the backoff resets.
-        c.after(stats(2, 10, 0), 2);
-        assert_eq!((c.active, c.backoff), (2, ThreadChoice::FIRST_BACKOFF));
-        // Never more than 512 runs.
-        for _ in 0..20 {
-            c.after(stats(2, 10, 15), 2);
-            c.active = 2;
-        }
-        assert_eq!(c.backoff, ThreadChoice::MAX_BACKOFF);
-        // Off: nothing changes.
-        let mut off = ThreadChoice {
-            adaptive: false,
-            ..c
-        };
-        off.active = 2;
-        off.after(stats(2, 10, 15), 2);
-        assert_eq!(off.active, 2);
     }
 }

@@ -422,3 +422,52 @@ fn reductions_and_orderings() {
         assert_eq!(run_i32(&g, top, &inputs, threads), vec![3, 0, 2, 3, 0, 1]);
     }
 }
+
+/// Each thread keeps the last token's rotation table across steps: runs one after another
+/// with the same positions but other divisors, another base or no divisors must each get
+/// their own angles, never the table the previous run left.
+#[test]
+fn rope_tables_follow_the_settings_of_each_run() {
+    let mut rng = Rng::new(29);
+    let (hd, nh, nt) = (16, 3, 2);
+    let x = rng.vec(hd * nh * nt);
+    let pos = vec![7, 1234];
+    let doubling: Vec<f32> = (0..hd / 2).map(|i| 1.0 + i as f32).collect();
+    let halving: Vec<f32> = (0..hd / 2).map(|i| 1.0 / (1.0 + i as f32)).collect();
+    let variants: [(f32, Option<&[f32]>); 5] = [
+        (10000.0, Some(&doubling)),
+        (10000.0, Some(&halving)),
+        (10000.0, None),
+        (500.0, None),
+        (10000.0, Some(&doubling)),
+    ];
+    for (base, factors) in variants {
+        let mut g = Graph::new();
+        let a = g.input("x", F32, &[hd, nh, nt]).unwrap();
+        let p = g.input("pos", GgmlType::I32, &[nt]).unwrap();
+        let f = factors.map(|_| g.input("factors", F32, &[hd / 2]).unwrap());
+        let y = g
+            .rope_ext(a, p, f, Rope::new(RopeMode::Normal, hd, base))
+            .unwrap();
+        let mut want = vec![0f64; x.len()];
+        for (t, &pt) in pos.iter().enumerate() {
+            for h in 0..nh {
+                let b = (t * nh + h) * hd;
+                for i in 0..hd / 2 {
+                    let divisor = factors.map_or(1.0, |f| f64::from(f[i]));
+                    let theta =
+                        f64::from(pt) * f64::from(base).powf(-2.0 * i as f64 / hd as f64) / divisor;
+                    let (s, c) = theta.sin_cos();
+                    let (x0, x1) = (f64::from(x[b + 2 * i]), f64::from(x[b + 2 * i + 1]));
+                    want[b + 2 * i] = x0 * c - x1 * s;
+                    want[b + 2 * i + 1] = x0 * s + x1 * c;
+                }
+            }
+        }
+        let mut inputs = vec![Input::F32(a, x.clone()), Input::I32(p, pos.clone())];
+        if let (Some(f), Some(v)) = (f, factors) {
+            inputs.push(Input::F32(f, v.to_vec()));
+        }
+        check("rope after other ropes", &g, y, &inputs, &[], &want, 1e-9);
+    }
+}
