@@ -111,8 +111,8 @@ pub struct Executor {
     /// Per step and thread: start and end in ns since the run began (when tracing).
     spans: Option<Vec<AtomicU64>>,
     threads: ThreadChoice,
-    /// The barrier plan (`groups::sync_after`) of the last plans run, by plan id.
-    syncs: Vec<(u64, Arc<[bool]>)>,
+    /// The schedules (`groups::Schedule`) of the last plans run, by plan id.
+    schedules: Vec<(u64, Arc<groups::Schedule>)>,
     /// Steps may run in groups without barriers between them (`groups`); off, a barrier
     /// follows every step.
     step_groups: bool,
@@ -132,8 +132,8 @@ struct Job<'a> {
     strict: bool,
     bf16_matmul: bool,
     trace: Option<(&'a [AtomicU64], Instant)>,
-    /// Per step: a barrier follows it (see `groups`).
-    sync: &'a [bool],
+    /// Where barriers are and what is fetched early (see `groups`).
+    schedule: &'a groups::Schedule,
     /// Work counters of the steps that hand out work dynamically: the `p`-th step of the
     /// `g`-th group (steps between two barriers) uses `claims[(g % 2) * MAX_GROUP + p]`, which
     /// thread 0 zeroes after the barrier that ends the group (no thread touches it again
@@ -193,6 +193,12 @@ impl Job<'_> {
         let (mut group, mut in_group) = (0, 0);
         for (i, step) in self.plan.steps().iter().enumerate() {
             *at = i;
+            if ctx.ith == 0 {
+                for f in &self.schedule.ahead[i] {
+                    let at = self.bases[1 + f.slot] + f.offset;
+                    crate::simd::prefetch(at as *const u8, f.bytes);
+                }
+            }
             let started = self.trace.map(|(_, t0)| t0.elapsed().as_nanos() as u64);
             let node = g.node(step.node);
             #[cfg(test)]
@@ -251,7 +257,7 @@ impl Job<'_> {
                 spans[slot].store(start, Ordering::Relaxed);
                 spans[slot + 1].store(t0.elapsed().as_nanos() as u64, Ordering::Relaxed);
             }
-            if !self.sync[i] {
+            if !self.schedule.sync[i] {
                 in_group += 1;
                 continue;
             }
@@ -327,7 +333,7 @@ impl Executor {
             strict: opts.strict,
             bf16_matmul: opts.bf16_matmul && !opts.strict,
             spans,
-            syncs: Vec::new(),
+            schedules: Vec::new(),
             step_groups: true,
             threads: ThreadChoice {
                 adaptive: opts.adaptive_threads,
@@ -339,20 +345,20 @@ impl Executor {
         }
     }
 
-    /// Where `plan`'s runs meet at a barrier, derived once per plan (the last few are kept:
-    /// a session alternates prefill and decode plans).
-    fn sync_of(&mut self, plan: &Plan) -> Arc<[bool]> {
+    /// Where `plan`'s runs meet at a barrier and what they fetch early, derived once per
+    /// plan (the last few are kept: a session alternates prefill and decode plans).
+    fn schedule_of(&mut self, plan: &Plan) -> Arc<groups::Schedule> {
         if !self.step_groups {
-            return vec![true; plan.steps().len()].into();
+            return Arc::new(groups::Schedule::plain(plan.steps().len()));
         }
-        if let Some((_, s)) = self.syncs.iter().find(|(id, _)| *id == plan.id()) {
+        if let Some((_, s)) = self.schedules.iter().find(|(id, _)| *id == plan.id()) {
             return s.clone();
         }
-        let s: Arc<[bool]> = groups::sync_after(plan).into();
-        if self.syncs.len() == 4 {
-            self.syncs.remove(0);
+        let s = Arc::new(groups::Schedule::of(plan));
+        if self.schedules.len() == 4 {
+            self.schedules.remove(0);
         }
-        self.syncs.push((plan.id(), s.clone()));
+        self.schedules.push((plan.id(), s.clone()));
         s
     }
 
@@ -436,7 +442,7 @@ impl Executor {
             spans.iter().for_each(|s| s.store(0, Ordering::Relaxed));
         }
         let claims = std::array::from_fn(|_| AtomicUsize::new(0));
-        let sync = self.sync_of(plan);
+        let schedule = self.schedule_of(plan);
         self.persistent_lens.clear();
         self.persistent_lens
             .extend(mem.persistent.iter().map(|p| p.len()));
@@ -453,7 +459,7 @@ impl Executor {
             bf16_matmul: self.bf16_matmul,
             trace: self.spans.as_deref().map(|s| (s, Instant::now())),
             claims: &claims,
-            sync: &sync,
+            schedule: &schedule,
             watch,
             ready,
             persistent_lens: &self.persistent_lens,

@@ -39,6 +39,79 @@ impl Touch {
     }
 }
 
+/// Small weights (norm scales, biases) up to this size are fetched a group ahead.
+const AHEAD_MAX_BYTES: usize = 16 << 10;
+
+/// A small weight to ask the caches for: `bytes` at `offset` in weight slot `slot`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) struct Fetch {
+    pub(crate) slot: usize,
+    pub(crate) offset: usize,
+    pub(crate) bytes: usize,
+}
+
+/// How a plan runs: where the barriers are, and what to fetch early.
+pub(crate) struct Schedule {
+    /// Per step: a barrier follows it.
+    pub(crate) sync: Vec<bool>,
+    /// Per step (non-empty only where a group starts): the small weights of the next group. A decode token streams the whole model through the
+    /// caches, so a norm's scale is cold when its row-wise step comes; thread 0 (which runs a
+    /// one-row step) asks for it while the group before runs.
+    pub(crate) ahead: Vec<Vec<Fetch>>,
+}
+
+impl Schedule {
+    pub(crate) fn of(plan: &Plan) -> Schedule {
+        let sync = sync_after(plan);
+        let mut ahead = vec![Vec::new(); sync.len()];
+        let starts: Vec<usize> = std::iter::once(0)
+            .chain((1..sync.len()).filter(|&i| sync[i - 1]))
+            .collect();
+        for w in starts.windows(3) {
+            let (start, next, after) = (w[0], w[1], w[2]);
+            ahead[start] = small_weights(plan, next..after);
+        }
+        if let [.., start, next] = starts[..] {
+            ahead[start] = small_weights(plan, next..sync.len());
+        }
+        Schedule { sync, ahead }
+    }
+
+    /// A barrier after every step, nothing fetched early.
+    pub(crate) fn plain(n_steps: usize) -> Schedule {
+        Schedule {
+            sync: vec![true; n_steps],
+            ahead: vec![Vec::new(); n_steps],
+        }
+    }
+}
+
+/// The F32 weights of at most [`AHEAD_MAX_BYTES`] that `steps` read.
+fn small_weights(plan: &Plan, steps: std::ops::Range<usize>) -> Vec<Fetch> {
+    let g = plan.graph();
+    let mut out = Vec::new();
+    for step in &plan.steps()[steps] {
+        for &s in &g.node(step.node).src {
+            let l = g.layout(s);
+            let bytes = l.span_bytes();
+            if let Some(Location {
+                region: Region::Weight(w),
+                offset,
+            }) = plan.location(s)
+            {
+                if l.dtype == GgmlType::F32 && bytes <= AHEAD_MAX_BYTES {
+                    out.push(Fetch {
+                        slot: w as usize,
+                        offset,
+                        bytes,
+                    });
+                }
+            }
+        }
+    }
+    out
+}
+
 /// Per step: a barrier must follow it (the last step always has one).
 pub(crate) fn sync_after(plan: &Plan) -> Vec<bool> {
     let steps = plan.steps();

@@ -7,7 +7,7 @@ use tinynn_core::plan::Plan;
 use tinynn_core::tensor::TensorId;
 use tinynn_format::GgmlType;
 
-use super::sync_after;
+use super::{sync_after, Fetch, Schedule};
 use crate::{Executor, Memory};
 
 const F32: GgmlType = GgmlType::F32;
@@ -107,6 +107,44 @@ fn a_decode_block_meets_at_a_barrier_only_where_data_crosses_threads() {
         groups(&l.plan),
         "get_rows | rms_norm mul | mul_mat mul_mat mul_mat | rope rope | set_rows set_rows add | \
          mul_mat | add rms_norm mul | mul_mat mul_mat | swiglu | mul_mat | add rms_norm | scale |"
+    );
+}
+
+/// The norm scales are asked for one group before the row-wise steps that read them.
+#[test]
+fn small_weights_are_fetched_one_group_ahead() {
+    let l = layer(1);
+    let schedule = Schedule::of(&l.plan);
+    let g = l.plan.graph();
+    let slot = |name: &str| {
+        let w = l
+            .plan
+            .weights()
+            .iter()
+            .position(|&w| g.node(w).name == name)
+            .unwrap();
+        Fetch {
+            slot: w,
+            offset: l.plan.location(l.plan.weights()[w]).unwrap().offset,
+            bytes: 64 * 4,
+        }
+    };
+    let fetched_at: Vec<(String, Vec<Fetch>)> = l
+        .plan
+        .steps()
+        .iter()
+        .zip(&schedule.ahead)
+        .filter(|(_, a)| !a.is_empty())
+        .map(|(s, a)| (g.node(s.node).op.name().to_string(), a.clone()))
+        .collect();
+    // get_rows starts the group before [rms_norm mul] (n1); the o product's group comes
+    // before [add rms_norm mul] (n2). The products' Q8_0 weights are not fetched.
+    assert_eq!(
+        fetched_at,
+        vec![
+            ("get_rows".to_string(), vec![slot("n1")]),
+            ("mul_mat".to_string(), vec![slot("n2")]),
+        ]
     );
 }
 

@@ -136,24 +136,90 @@ pub(crate) fn binary(op: Binary, a: &StepArgs<'_>, ctx: &Ctx<'_>) {
     });
 }
 
-/// One row of a binary op on contiguous values (the compiler vectorizes each arm).
+/// One row of a binary op on contiguous values.
 ///
 /// # Safety
 /// `x`, `y`, `out` point to `n` f32s; `out` may equal `x` or `y`.
 unsafe fn binary_row(op: Binary, x: *const f32, y: *const f32, out: *mut f32, n: usize) {
-    macro_rules! each {
-        ($f:expr) => {
-            for i in 0..n {
-                // SAFETY: i < n (caller).
-                unsafe { out.add(i).write($f(x.add(i).read(), y.add(i).read())) };
-            }
-        };
+    // SAFETY: as this function's.
+    unsafe {
+        match op {
+            Binary::Add => each_pair(x, y, out, n, |p, q| p + q),
+            Binary::Sub => each_pair(x, y, out, n, |p, q| p - q),
+            Binary::Mul => each_pair(x, y, out, n, |p, q| p * q),
+            Binary::Div => each_pair(x, y, out, n, |p, q| p / q),
+        }
     }
-    match op {
-        Binary::Add => each!(|p: f32, q: f32| p + q),
-        Binary::Sub => each!(|p: f32, q: f32| p - q),
-        Binary::Mul => each!(|p: f32, q: f32| p * q),
-        Binary::Div => each!(|p: f32, q: f32| p / q),
+}
+
+/// Where an output row of `n` values lies against an input row.
+#[derive(Clone, Copy, PartialEq)]
+pub(super) enum Overlap {
+    Same,
+    Apart,
+    Partly,
+}
+
+pub(super) fn overlap(out: *const f32, input: *const f32, n: usize) -> Overlap {
+    let (o, i) = (out as usize, input as usize);
+    if o == i {
+        Overlap::Same
+    } else if o + 4 * n <= i || i + 4 * n <= o {
+        Overlap::Apart
+    } else {
+        Overlap::Partly
+    }
+}
+
+/// `out[i] = f(x[i], y[i])`, through slices where the rows are the same or apart (so the loop
+/// vectorizes: a decode token's norm weight comes from memory, and a scalar loop waits on one
+/// load at a time), else element by element.
+///
+/// # Safety
+/// `x`, `y`, `out` point to `n` f32s.
+#[inline(always)]
+unsafe fn each_pair(
+    x: *const f32,
+    y: *const f32,
+    out: *mut f32,
+    n: usize,
+    f: impl Fn(f32, f32) -> f32,
+) {
+    use std::slice::{from_raw_parts, from_raw_parts_mut};
+    // SAFETY (every arm): the rows hold n f32s (caller); a mutable slice of `out` is made only
+    // when no shared slice overlaps it, and an input equal to `out` is read through it.
+    unsafe {
+        match (overlap(out, x, n), overlap(out, y, n)) {
+            (Overlap::Same, Overlap::Same) => {
+                from_raw_parts_mut(out, n)
+                    .iter_mut()
+                    .for_each(|v| *v = f(*v, *v));
+            }
+            (Overlap::Same, Overlap::Apart) => {
+                let o = from_raw_parts_mut(out, n);
+                for (v, &q) in o.iter_mut().zip(from_raw_parts(y, n)) {
+                    *v = f(*v, q);
+                }
+            }
+            (Overlap::Apart, Overlap::Same) => {
+                let o = from_raw_parts_mut(out, n);
+                for (v, &p) in o.iter_mut().zip(from_raw_parts(x, n)) {
+                    *v = f(p, *v);
+                }
+            }
+            (Overlap::Apart, Overlap::Apart) => {
+                let o = from_raw_parts_mut(out, n);
+                let (xs, ys) = (from_raw_parts(x, n), from_raw_parts(y, n));
+                for ((v, &p), &q) in o.iter_mut().zip(xs).zip(ys) {
+                    *v = f(p, q);
+                }
+            }
+            _ => {
+                for i in 0..n {
+                    out.add(i).write(f(x.add(i).read(), y.add(i).read()));
+                }
+            }
+        }
     }
 }
 
@@ -202,4 +268,46 @@ pub(crate) fn swiglu(a: &StepArgs<'_>, ctx: &Ctx<'_>) {
     let (g, u) = (a.src(0), a.src(1));
     // SAFETY: both sources have the output's shape, F32.
     for_my_elements(&a.dst, ctx, |i| unsafe { silu(g.f32_at(i)) * u.f32_at(i) });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::binary_row;
+    use tinynn_core::ops::Binary;
+
+    /// Every way an output row can lie against its inputs (apart, in place over either or
+    /// both, partly overlapping) gives what an element-by-element loop gives.
+    #[test]
+    fn binary_rows_in_place_apart_and_overlapping() {
+        let n = 37;
+        let base: Vec<f32> = (0..3 * n).map(|i| (i as f32 * 0.37).sin() + 1.5).collect();
+        // (x, y, out) as offsets into one buffer.
+        let cases = [
+            (0, n, 2 * n),
+            (0, n, 0),
+            (0, n, n),
+            (0, 0, 0),
+            (0, n, 3),
+            (5, n, 0),
+        ];
+        for op in [Binary::Add, Binary::Sub, Binary::Mul, Binary::Div] {
+            for (xo, yo, oo) in cases {
+                let mut want = base.clone();
+                for i in 0..n {
+                    let (p, q) = (want[xo + i], want[yo + i]);
+                    want[oo + i] = match op {
+                        Binary::Add => p + q,
+                        Binary::Sub => p - q,
+                        Binary::Mul => p * q,
+                        Binary::Div => p / q,
+                    };
+                }
+                let mut got = base.clone();
+                let ptr = got.as_mut_ptr();
+                // SAFETY: the three rows of n values lie inside the 3n-value buffer.
+                unsafe { binary_row(op, ptr.add(xo), ptr.add(yo), ptr.add(oo), n) };
+                assert_eq!(got, want, "{op:?} x {xo} y {yo} out {oo}");
+            }
+        }
+    }
 }

@@ -35,6 +35,17 @@ pub(crate) struct KvRows<'a> {
 }
 
 impl KvRows<'_> {
+    /// Prefetches the K and V rows of the first [`KV_AHEAD`] visible rows, which
+    /// [`KvRows::prefetch_ahead`] never reaches: at a short context they are most of a head's
+    /// rows, and after a layer's weights streamed through the caches they come from memory.
+    #[inline]
+    pub(super) fn prefetch_start(&self, d: usize, dv: usize) {
+        for &(j, _) in self.rows.iter().take(KV_AHEAD) {
+            super::prefetch(self.k.wrapping_add(j * self.k_stride), 2 * d);
+            super::prefetch(self.v.wrapping_add(j * self.v_stride), 2 * dv);
+        }
+    }
+
     /// Prefetches the K and V rows (`2·d` and `2·dv` bytes) of the visible row
     /// [`KV_AHEAD`] past the `r`-th, if there is one.
     #[inline]
@@ -162,6 +173,7 @@ pub(crate) unsafe fn attend_rows_ref(
     let n = st.max.len();
     let (d, dv) = (st.q.len() / n, st.acc.len() / n);
     let (dot, q16) = (kv.dot, st.q16);
+    kv.prefetch_start(d, dv);
     for (r, &(j, m)) in kv.rows.iter().enumerate() {
         kv.prefetch_ahead(r, d, dv);
         // SAFETY: row j of K and V holds 2·d and 2·dv bytes (caller).
@@ -270,6 +282,7 @@ unsafe fn attend_rows_avx512(kv: &KvRows<'_>, st: &mut HeadsState<'_>, scale: f3
     let mut score = [[0f32; CHUNK_ROWS]; MAX_HEADS];
     let mut step = [[(1f32, 0f32); CHUNK_ROWS]; MAX_HEADS];
     let scale16 = _mm512_set1_ps(scale);
+    kv.prefetch_start(d, dv);
     for (c0, chunk) in kv.rows.chunks(CHUNK_ROWS).enumerate() {
         for (r, &(j, _)) in chunk.iter().enumerate() {
             kv.prefetch_ahead(c0 * CHUNK_ROWS + r, d, dv);

@@ -67,6 +67,7 @@ pub(super) unsafe fn attend_rows(
     let mut kf = [_mm256_setzero_ps(); 64];
     let mut score = [[0f32; CHUNK_ROWS]; MAX_HEADS];
     let mut step = [[(1f32, 0f32); CHUNK_ROWS]; MAX_HEADS];
+    kv.prefetch_start(d, dv);
     for (c0, chunk) in kv.rows.chunks(CHUNK_ROWS).enumerate() {
         for (r, &(j, _)) in chunk.iter().enumerate() {
             kv.prefetch_ahead(c0 * CHUNK_ROWS + r, d, dv);
