@@ -720,3 +720,34 @@ fn mul_mat_t_quantized_weights_in_panels() {
         );
     }
 }
+
+/// Fewer rows than threads: the gated activations split each row's values between threads,
+/// and every thread count gives the bits of one thread (a length with a tail past the last
+/// 16, and rows of lengths under the split's 16-value unit).
+#[test]
+fn gated_activations_of_few_rows_are_the_same_on_any_thread_count() {
+    let mut rng = Rng::new(31);
+    for (n, rows) in [(1541, 1), (1541, 2), (20, 1), (5, 2)] {
+        let (gate, up) = (rng.vec(n * rows), rng.vec(n * rows));
+        for geglu in [false, true] {
+            let mut g = Graph::new();
+            let a = g.input("g", F32, &[n, rows]).unwrap();
+            let b = g.input("u", F32, &[n, rows]).unwrap();
+            let y = if geglu {
+                g.geglu(a, b).unwrap()
+            } else {
+                g.swiglu(a, b).unwrap()
+            };
+            let inputs = [Input::F32(a, gate.clone()), Input::F32(b, up.clone())];
+            let one = common::run(&g, y, &inputs, &[], 1);
+            for threads in [2, 3] {
+                let got = common::run(&g, y, &inputs, &[], threads);
+                let same = one
+                    .iter()
+                    .zip(&got)
+                    .all(|(p, q)| p.to_bits() == q.to_bits());
+                assert!(same, "n {n} rows {rows} geglu {geglu}, {threads} threads");
+            }
+        }
+    }
+}

@@ -109,6 +109,8 @@ pub(crate) fn binary(op: Binary, a: &StepArgs<'_>, ctx: &Ctx<'_>) {
     let ny = y.layout.ne;
     let dst = &a.dst;
     if x.layout.nb[0] == 4 && y.layout.nb[0] == 4 && ny[0] == dst.layout.ne[0] {
+        // Whole rows per thread, even for one row: `executor/groups.rs` chains row-wise steps
+        // without barriers on that (a thread reads only rows it wrote).
         for r in split(dst.layout.n_rows(), ctx.ith, ctx.nth) {
             let (i1, i2, i3) = row_index(&dst.layout, r);
             let (xp, yp, out) = (
@@ -234,16 +236,28 @@ fn glu_rows(
     if g.layout.nb[0] != 4 || u.layout.nb[0] != 4 {
         return false;
     }
-    for r in split(dst.layout.n_rows(), ctx.ith, ctx.nth) {
+    let (n_rows, n) = (dst.layout.n_rows(), dst.layout.ne[0]);
+    // Fewer rows than threads (decode's one row): each thread takes a share of every row's
+    // values, cut at multiples of 16 (whole vectors; the vector and one-value paths give the
+    // same bits anyway). A thread mostly reads values its share of the gate and up products
+    // wrote.
+    let (rows, cols) = if n_rows < ctx.nth {
+        let per = n.div_ceil(ctx.nth).next_multiple_of(16);
+        let start = (ctx.ith * per).min(n);
+        (0..n_rows, start..(start + per).min(n))
+    } else {
+        (split(n_rows, ctx.ith, ctx.nth), 0..n)
+    };
+    for r in rows {
         let (i1, i2, i3) = row_index(&dst.layout, r);
-        // SAFETY: all three have the output's shape with contiguous F32 rows; row r is this
-        // thread's; in place, each value is read before it is written.
+        // SAFETY: all three have the output's shape with contiguous F32 rows; values `cols`
+        // of row r are this thread's; in place, each value is read before it is written.
         unsafe {
             row(
-                g.row_f32_ptr(i1, i2, i3),
-                u.row_f32_ptr(i1, i2, i3),
-                dst.row_f32_ptr(i1, i2, i3),
-                dst.layout.ne[0],
+                g.row_f32_ptr(i1, i2, i3).add(cols.start),
+                u.row_f32_ptr(i1, i2, i3).add(cols.start),
+                dst.row_f32_ptr(i1, i2, i3).add(cols.start),
+                cols.len(),
             )
         };
     }

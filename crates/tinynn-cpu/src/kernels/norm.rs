@@ -7,6 +7,7 @@ use crate::pool::Ctx;
 pub(crate) fn rms_norm(eps: f32, a: &StepArgs<'_>, ctx: &Ctx<'_>) {
     let x = a.src(0);
     let dst = a.dst;
+    // Whole rows per thread: `executor/groups.rs` chains row-wise steps on that.
     for r in split(dst.layout.n_rows(), ctx.ith, ctx.nth) {
         let (i1, i2, i3) = row_index(&dst.layout, r);
         // SAFETY: rows are contiguous F32 (builder-checked); row r is this thread's. In place,
