@@ -244,3 +244,47 @@ fn refused_memory_is_an_error_not_an_abort() {
         "{e}"
     );
 }
+
+/// A small dead buffer's bytes wait `REUSE_DELAY_STEPS` steps (so neighbouring steps write
+/// disjoint bytes and may share a barrier); a large one's are taken at once.
+#[test]
+fn small_buffers_wait_before_their_bytes_are_reused_and_large_ones_do_not() {
+    use tinynn_core::plan::{REUSE_DELAY_MAX_BYTES, REUSE_DELAY_STEPS};
+    for (n, reused_at_once) in [(100, false), (REUSE_DELAY_MAX_BYTES / 4 + 16, true)] {
+        let mut g = Graph::new();
+        let x = g.input("x", F32, &[n]).unwrap();
+        let y = g.input("y", F32, &[n]).unwrap();
+        let a = g.scale(x, 2.0).unwrap();
+        // `a` dies here, and the concat cannot take its bytes (twice the size).
+        let b = g.concat(a, a, 0).unwrap();
+        let mut c = g.scale(y, 3.0).unwrap();
+        g.set_output(b).unwrap();
+        let mut outs = vec![c];
+        for _ in 0..REUSE_DELAY_STEPS + 2 {
+            c = g.scale(y, 0.5).unwrap();
+            outs.push(c);
+        }
+        for &o in &outs {
+            g.set_output(o).unwrap();
+        }
+        let plan = tinynn_cpu::compile(g);
+        plan.verify().unwrap();
+        let at = |t| plan.location(t).unwrap().offset;
+        // The step right after `a` died takes its bytes only when `a` is large.
+        assert_eq!(at(outs[0]) == at(a), reused_at_once, "n {n}");
+        // Small or large, no buffer overlaps a live one, and a small one's bytes are taken
+        // again no sooner than the delay allows.
+        for p in plan.buffers() {
+            for q in plan.buffers() {
+                let overlap = p.offset < q.offset + q.bytes && q.offset < p.offset + p.bytes;
+                if overlap && q.first > p.last && p.bytes <= REUSE_DELAY_MAX_BYTES {
+                    assert!(
+                        q.first > p.last + REUSE_DELAY_STEPS,
+                        "{}",
+                        plan.layout_report()
+                    );
+                }
+            }
+        }
+    }
+}
