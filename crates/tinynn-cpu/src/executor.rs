@@ -250,6 +250,7 @@ impl Job<'_> {
                 claims: &self.claims[(group % 2) * groups::MAX_GROUP + in_group],
                 claimable: true,
                 kv_splits: self.span_threads,
+                step: i,
             };
             kernels::compute(&args, ctx);
             if let (Some((spans, t0)), Some(start)) = (self.trace, started) {

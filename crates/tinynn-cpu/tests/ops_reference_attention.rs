@@ -364,8 +364,13 @@ fn set_rows_into_a_persistent_cache() {
     let rows = g.input("rows", GgmlType::I32, &[3]).unwrap();
     let all = g.input("all", GgmlType::I32, &[6]).unwrap();
     let cache = g.persistent("cache", GgmlType::F16, &[k, 6]).unwrap();
+    // A second cache written by the next step (its rows go to other threads: a token's K and
+    // V writes), read back the same.
+    let cache2 = g.persistent("cache2", GgmlType::F16, &[k, 6]).unwrap();
     g.set_rows(cache, src, rows).unwrap();
+    g.set_rows(cache2, src, rows).unwrap();
     let back = g.get_rows(cache, all).unwrap();
+    let back2 = g.get_rows(cache2, all).unwrap();
     // Row 4 is written twice: the later source row (2) wins.
     let mut want = vec![0f64; k * 6];
     for (i, r) in [(0usize, 1usize), (1, 4), (2, 4)] {
@@ -379,6 +384,7 @@ fn set_rows_into_a_persistent_cache() {
         Input::I32(all, (0..6).collect()),
     ];
     check("set_rows", &g, back, &inputs, &[], &want, 0.0);
+    check("set_rows, next step", &g, back2, &inputs, &[], &want, 0.0);
 }
 
 #[test]

@@ -209,6 +209,9 @@ pub(crate) struct StepArgs<'a> {
     /// the executor's thread count, however many of its threads run this step, so results do
     /// not depend on the adaptive thread choice.
     pub kv_splits: usize,
+    /// The step's index in its plan (`set_rows` spreads one-row writes of neighbouring steps
+    /// over the threads with it).
+    pub step: usize,
 }
 
 impl StepArgs<'_> {

@@ -46,8 +46,10 @@ pub(crate) fn set_rows(a: &StepArgs<'_>, ctx: &Ctx<'_>) {
             }
             continue;
         }
-        // Each destination row belongs to one thread, so repeated indices are written in order.
-        if r as usize % ctx.nth != ctx.ith {
+        // Each destination row belongs to one thread, so repeated indices are written in
+        // order: row r to thread (r + step) % n, so a token's K and V cache writes (one row
+        // each, neighbouring steps of one group) go to different threads.
+        if (r as usize + a.step) % ctx.nth != ctx.ith {
             continue;
         }
         // SAFETY: row i of src and row r of dst exist; dst row r is written by this thread only.
