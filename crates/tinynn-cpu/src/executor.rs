@@ -195,8 +195,8 @@ impl Job<'_> {
             *at = i;
             if ctx.ith == 0 {
                 for f in &self.schedule.ahead[i] {
-                    let at = self.bases[1 + f.slot] + f.offset;
-                    crate::simd::prefetch(at as *const u8, f.bytes);
+                    let addr = self.bases[1 + f.slot] + f.offset;
+                    crate::simd::prefetch(addr as *const u8, f.bytes);
                 }
             }
             let started = self.trace.map(|(_, t0)| t0.elapsed().as_nanos() as u64);

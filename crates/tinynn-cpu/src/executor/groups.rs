@@ -1,4 +1,5 @@
-//! Which steps of a plan may follow each other without a barrier between them.
+//! Which steps of a plan may follow each other without a barrier between them, and which
+//! small weights to fetch a group early ([`Schedule`]).
 //!
 //! A barrier after every step is what makes the executor correct without knowing anything
 //! about the kernels, and on a decode token it is ~570 meetings of every thread. Two kinds of
