@@ -34,6 +34,7 @@ pub fn run(args: &PlanArgs) -> Result<()> {
     for (title, n) in [("decode plan (1 token)", 1), ("prefill plan", batch)] {
         let plan = session.plan_for(n)?;
         let report = plan.layout_report();
+        let (barriers, steps) = (tinynn_cpu::barriers(plan), plan.steps().len());
         let title = if n == 1 {
             title.to_string()
         } else {
@@ -49,6 +50,9 @@ pub fn run(args: &PlanArgs) -> Result<()> {
         } else {
             out.push_str(&report);
         }
+        out.push_str(&format!(
+            "barriers: {barriers} for {steps} steps (neighbours on disjoint bytes or the same rows share one)\n"
+        ));
         out.push('\n');
     }
     crate::generate::emit(&out)

@@ -53,6 +53,12 @@ pub enum ExecError {
     },
 }
 
+/// Barriers a run of `plan` meets (one after each group of steps, see `Executor::
+/// set_step_groups`): what `tnn plan` reports beside the step count.
+pub fn barriers(plan: &Plan) -> usize {
+    groups::sync_after(plan).iter().filter(|&&b| b).count()
+}
+
 /// How an executor runs plans.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ExecOptions {

@@ -14,7 +14,7 @@ pub mod simd;
 /// Weights repacked for the matrix kernels (they live with the other SIMD code).
 pub use simd::packed;
 
-pub use executor::{ExecError, ExecOptions, Executor};
+pub use executor::{barriers, ExecError, ExecOptions, Executor};
 pub use memory::{AlignedBuf, Memory, MemoryError};
 pub use plan_work::compile;
 pub use tinynn_core::backend::{Backend, WeightRef, WeightStore};
