@@ -117,8 +117,9 @@ pub struct Executor {
     /// Per step and thread: start and end in ns since the run began (when tracing).
     spans: Option<Vec<AtomicU64>>,
     threads: ThreadChoice,
-    /// The schedules (`groups::Schedule`) of the last plans run, by plan id.
-    schedules: Vec<(u64, Arc<groups::Schedule>)>,
+    /// The schedules (`groups::Schedule`) of the last plans run, by plan id and
+    /// `step_groups`.
+    schedules: Vec<((u64, bool), Arc<groups::Schedule>)>,
     /// Steps may run in groups without barriers between them (`groups`); off, a barrier
     /// follows every step.
     step_groups: bool,
@@ -355,17 +356,19 @@ impl Executor {
     /// Where `plan`'s runs meet at a barrier and what they fetch early, derived once per
     /// plan (the last few are kept: a session alternates prefill and decode plans).
     fn schedule_of(&mut self, plan: &Plan) -> Arc<groups::Schedule> {
-        if !self.step_groups {
-            return Arc::new(groups::Schedule::plain(plan.steps().len()));
-        }
-        if let Some((_, s)) = self.schedules.iter().find(|(id, _)| *id == plan.id()) {
+        let key = (plan.id(), self.step_groups);
+        if let Some((_, s)) = self.schedules.iter().find(|(k, _)| *k == key) {
             return s.clone();
         }
-        let s = Arc::new(groups::Schedule::of(plan));
+        let s = Arc::new(if self.step_groups {
+            groups::Schedule::of(plan)
+        } else {
+            groups::Schedule::plain(plan.steps().len())
+        });
         if self.schedules.len() == 4 {
             self.schedules.remove(0);
         }
-        self.schedules.push((plan.id(), s.clone()));
+        self.schedules.push((key, s.clone()));
         s
     }
 

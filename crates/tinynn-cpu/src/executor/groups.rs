@@ -55,9 +55,10 @@ pub(crate) struct Fetch {
 pub(crate) struct Schedule {
     /// Per step: a barrier follows it.
     pub(crate) sync: Vec<bool>,
-    /// Per step (non-empty only where a group starts): the small weights of the next group. A decode token streams the whole model through the
-    /// caches, so a norm's scale is cold when its row-wise step comes; thread 0 (which runs a
-    /// one-row step) asks for it while the group before runs.
+    /// Per step (non-empty only where a group starts): the small weights of the next group.
+    /// A decode token streams the whole model through the caches, so a norm's scale is cold
+    /// when its row-wise step comes; thread 0 (which runs a one-row step) asks for it while
+    /// the group before runs.
     pub(crate) ahead: Vec<Vec<Fetch>>,
 }
 
@@ -68,12 +69,11 @@ impl Schedule {
         let starts: Vec<usize> = std::iter::once(0)
             .chain((1..sync.len()).filter(|&i| sync[i - 1]))
             .collect();
-        for w in starts.windows(3) {
-            let (start, next, after) = (w[0], w[1], w[2]);
-            ahead[start] = small_weights(plan, next..after);
-        }
-        if let [.., start, next] = starts[..] {
-            ahead[start] = small_weights(plan, next..sync.len());
+        for (k, &start) in starts.iter().enumerate() {
+            if let Some(&next) = starts.get(k + 1) {
+                let end = starts.get(k + 2).copied().unwrap_or(sync.len());
+                ahead[start] = small_weights(plan, next..end);
+            }
         }
         Schedule { sync, ahead }
     }

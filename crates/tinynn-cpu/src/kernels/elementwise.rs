@@ -156,13 +156,13 @@ unsafe fn binary_row(op: Binary, x: *const f32, y: *const f32, out: *mut f32, n:
 
 /// Where an output row of `n` values lies against an input row.
 #[derive(Clone, Copy, PartialEq)]
-pub(super) enum Overlap {
+enum Overlap {
     Same,
     Apart,
     Partly,
 }
 
-pub(super) fn overlap(out: *const f32, input: *const f32, n: usize) -> Overlap {
+fn overlap(out: *const f32, input: *const f32, n: usize) -> Overlap {
     let (o, i) = (out as usize, input as usize);
     if o == i {
         Overlap::Same
@@ -180,7 +180,7 @@ pub(super) fn overlap(out: *const f32, input: *const f32, n: usize) -> Overlap {
 /// # Safety
 /// `x`, `y`, `out` point to `n` f32s.
 #[inline(always)]
-unsafe fn each_pair(
+pub(super) unsafe fn each_pair(
     x: *const f32,
     y: *const f32,
     out: *mut f32,

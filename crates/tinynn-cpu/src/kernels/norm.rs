@@ -1,6 +1,6 @@
 //! RMS normalization of rows (ggml accumulates the sum of squares in f64).
 
-use super::elementwise::{overlap, Overlap};
+use super::elementwise::each_pair;
 use super::{row_index, split, StepArgs};
 use crate::pool::Ctx;
 
@@ -12,56 +12,36 @@ pub(crate) fn rms_norm(eps: f32, a: &StepArgs<'_>, ctx: &Ctx<'_>) {
         let (i1, i2, i3) = row_index(&dst.layout, r);
         // SAFETY: rows are contiguous F32 (builder-checked); row r is this thread's. In place,
         // input and output are the same row, read fully before it is written.
-        let sum = sum_of_squares(unsafe { x.row_f32(i1, i2, i3) });
+        let row = unsafe { x.row_f32(i1, i2, i3) };
+        let sum = dot64(row, row);
         let n = dst.layout.ne[0];
         let mean = (sum / n as f64) as f32;
         let scale = 1.0 / (mean + eps).sqrt();
         let (inp, out) = (x.row_f32_ptr(i1, i2, i3), dst.row_f32_ptr(i1, i2, i3));
-        // SAFETY: both rows hold n f32s; a mutable slice is made only when the rows are the
-        // same (in place) or apart.
-        unsafe {
-            match overlap(out, inp, n) {
-                Overlap::Same => {
-                    let o = std::slice::from_raw_parts_mut(out, n);
-                    o.iter_mut().for_each(|v| *v *= scale);
-                }
-                Overlap::Apart => {
-                    let o = std::slice::from_raw_parts_mut(out, n);
-                    for (v, &p) in o.iter_mut().zip(std::slice::from_raw_parts(inp, n)) {
-                        *v = p * scale;
-                    }
-                }
-                Overlap::Partly => {
-                    for j in 0..n {
-                        out.add(j).write(inp.add(j).read() * scale);
-                    }
-                }
-            }
-        }
+        // SAFETY: both rows hold n f32s (in place, the same row).
+        unsafe { each_pair(inp, inp, out, n, |p, _| p * scale) };
     }
 }
 
-/// `Σ v²` in f64 (each square exact): sixteen running sums, lane `j` taking values `j`,
-/// `j + 16`, …, folded in halves (8, 4, 2, 1), then the tail. The order is fixed, so every
-/// instruction set gives the same bits; one running sum would wait four cycles an element.
-pub(crate) fn sum_of_squares(row: &[f32]) -> f64 {
-    let mut acc = [0f64; 16];
-    let chunks = row.chunks_exact(16);
-    let tail = chunks.remainder();
-    for c in chunks {
-        for (a, &v) in acc.iter_mut().zip(c) {
-            *a += f64::from(v) * f64::from(v);
+/// `Σ a·b` in f64, in eight interleaved partial sums (independent add chains: a row runs at
+/// the loads' speed, not one add latency per element), combined pairwise; the order is
+/// fixed, so every instruction set gives the same bits. RMS norm's `Σ x²` and its gradient's.
+pub(crate) fn dot64(a: &[f32], b: &[f32]) -> f64 {
+    let mut acc = [0f64; 8];
+    let (ca, cb) = (a.chunks_exact(8), b.chunks_exact(8));
+    let tail: f64 = ca
+        .remainder()
+        .iter()
+        .zip(cb.remainder())
+        .map(|(&p, &q)| f64::from(p) * f64::from(q))
+        .sum();
+    for (x, y) in ca.zip(cb) {
+        for ((s, &p), &q) in acc.iter_mut().zip(x).zip(y) {
+            *s += f64::from(p) * f64::from(q);
         }
     }
-    let mut w = 16;
-    while w > 1 {
-        w /= 2;
-        for j in 0..w {
-            acc[j] += acc[j + w];
-        }
-    }
-    tail.iter()
-        .fold(acc[0], |s, &v| s + f64::from(v) * f64::from(v))
+    let a4 = [0, 1, 2, 3].map(|i| acc[i] + acc[i + 4]);
+    (a4[0] + a4[2]) + (a4[1] + a4[3]) + tail
 }
 
 pub(crate) fn layer_norm(
@@ -108,12 +88,12 @@ pub(crate) fn layer_norm(
 
 #[cfg(test)]
 mod tests {
-    use super::sum_of_squares;
+    use super::dot64;
 
-    /// Every length (whole 16-value chunks and tails): the sum of exact squares to within
-    /// f64 rounding, and the lane order it promises.
+    /// Every length (whole 8-value chunks and tails): the eight lanes folded in the order the
+    /// doc gives (so every ISA agrees), within f64 rounding of the serial sum.
     #[test]
-    fn sum_of_squares_is_the_lane_ordered_f64_sum() {
+    fn dot64_is_the_lane_ordered_f64_sum() {
         let mut state = 3u64;
         for n in 0..300 {
             let row: Vec<f32> = (0..n)
@@ -123,18 +103,14 @@ mod tests {
                 })
                 .collect();
             let sq = |v: f32| f64::from(v) * f64::from(v);
-            let mut lanes = [0f64; 16];
-            for (i, &v) in row.iter().enumerate().take(n / 16 * 16) {
-                lanes[i % 16] += sq(v);
+            let mut lanes = [0f64; 8];
+            for (i, &v) in row.iter().enumerate().take(n / 8 * 8) {
+                lanes[i % 8] += sq(v);
             }
-            let folded = [8, 4, 2, 1].iter().fold(lanes, |mut l, &w| {
-                for j in 0..w {
-                    l[j] += l[j + w];
-                }
-                l
-            });
-            let want = row[n / 16 * 16..].iter().fold(folded[0], |s, &v| s + sq(v));
-            let got = sum_of_squares(&row);
+            let tail: f64 = row[n / 8 * 8..].iter().map(|&v| sq(v)).sum();
+            let a4 = [0, 1, 2, 3].map(|i| lanes[i] + lanes[i + 4]);
+            let want = (a4[0] + a4[2]) + (a4[1] + a4[3]) + tail;
+            let got = dot64(&row, &row);
             assert_eq!(got.to_bits(), want.to_bits(), "n {n}");
             let serial: f64 = row.iter().map(|&v| sq(v)).sum();
             assert!((got - serial).abs() <= 1e-12 * serial.max(1.0), "n {n}");

@@ -5,6 +5,7 @@
 use tinynn_core::ops::Unary;
 
 use super::elementwise::for_my_elements;
+use super::norm::dot64;
 use super::{row_index, split, StepArgs, ERR_INDEX, ERR_KERNEL};
 use crate::pool::Ctx;
 
@@ -173,26 +174,6 @@ fn for_my_rows(a: &StepArgs<'_>, ctx: &Ctx<'_>, f: impl Fn(&[f32], &[f32], &mut 
         };
         f(xr, gr, out);
     }
-}
-
-/// `Σ a·b` in f64, in eight interleaved partial sums (independent add chains: a row runs at
-/// the loads' speed, not one add latency per element), combined pairwise; the order is fixed.
-fn dot64(a: &[f32], b: &[f32]) -> f64 {
-    let mut acc = [0f64; 8];
-    let (ca, cb) = (a.chunks_exact(8), b.chunks_exact(8));
-    let tail: f64 = ca
-        .remainder()
-        .iter()
-        .zip(cb.remainder())
-        .map(|(&p, &q)| f64::from(p) * f64::from(q))
-        .sum();
-    for (x, y) in ca.zip(cb) {
-        for ((s, &p), &q) in acc.iter_mut().zip(x).zip(y) {
-            *s += f64::from(p) * f64::from(q);
-        }
-    }
-    let a4 = [0, 1, 2, 3].map(|i| acc[i] + acc[i + 4]);
-    (a4[0] + a4[2]) + (a4[1] + a4[3]) + tail
 }
 
 /// `dx = r·dy − r³·x·mean(x·dy)` with `r = 1/sqrt(mean(x²) + eps)`.
