@@ -434,7 +434,14 @@ pub(crate) unsafe fn lane_dots<S: Lanes16>(q_t: &[f32], k: &[f32], d: usize) -> 
         a[c % 8] = S::fmadd(qv, S::splat(k[c]), a[c % 8]);
         c += 1;
     }
-    let a4 = [0, 1, 2, 3].map(|r| S::add(a[r], a[r + 4]));
+    // Written out, not `[..].map(..)`: the closure would run inside `array::map`, compiled
+    // without the entry point's target features, where the intrinsics are calls.
+    let a4 = [
+        S::add(a[0], a[4]),
+        S::add(a[1], a[5]),
+        S::add(a[2], a[6]),
+        S::add(a[3], a[7]),
+    ];
     S::add(S::add(a4[0], a4[1]), S::add(a4[2], a4[3]))
 }
 
@@ -502,7 +509,12 @@ unsafe fn lane_dots_rows<S: Lanes16, const R: usize>(
             }
         }
     }
-    a.map(|ar| S::add(ar[0], ar[1]))
+    // A loop, not `a.map(..)` (see `lane_dots`).
+    let mut out = [S::zero(); R];
+    for (o, ar) in out.iter_mut().zip(&a) {
+        *o = S::add(ar[0], ar[1]);
+    }
+    out
 }
 
 /// `acc[c + r] += Σ_jj p[jj] · v_blk[jj][c + r]` for `r < W` (W a constant, so the sums

@@ -105,7 +105,7 @@ unsafe fn q8_block_avx2(x: &[f32], out: &mut [u8], q8_1: bool) {
 }
 
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f,avx512bw")]
+#[target_feature(enable = "avx512f,avx512bw,avx512dq")]
 unsafe fn q8_1_avx512(x: &[f32], out: &mut [u8], int_sum: bool) {
     let sign = _mm512_set1_ps(-0.0);
     for (xb, ob) in x.chunks_exact(32).zip(out.chunks_exact_mut(36)) {
@@ -392,7 +392,7 @@ unsafe fn q8_k_block_avx2(x: &[f32], out: &mut [u8]) {
 }
 
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f,avx512bw")]
+#[target_feature(enable = "avx512f,avx512bw,avx512dq")]
 unsafe fn q8_k_block_avx512(x: &[f32], out: &mut [u8]) {
     let sign = _mm512_set1_ps(-0.0);
     // SAFETY: 16 loads of 16 values within x's 256 (caller).
