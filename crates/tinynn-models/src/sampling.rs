@@ -62,6 +62,8 @@ pub struct Sampler {
     /// Scratch: (token, logit) candidates and their probabilities, reused between calls.
     cand: Vec<(u32, f32)>,
     probs: Vec<f64>,
+    /// Scratch: the history's tokens, sorted (to count each token's occurrences).
+    seen: Vec<u32>,
 }
 
 impl Sampler {
@@ -78,6 +80,7 @@ impl Sampler {
             history: VecDeque::with_capacity(penalties.last_n + 1),
             cand: Vec::new(),
             probs: Vec::new(),
+            seen: Vec::new(),
         }
     }
 
@@ -92,27 +95,45 @@ impl Sampler {
         self.history.push_back(token);
     }
 
-    fn apply_penalties(&mut self) {
+    /// Whether a penalty changes any logit now.
+    fn penalties_apply(&self) -> bool {
         let p = self.penalties;
-        if self.history.is_empty() || (p.repeat == 1.0 && p.presence == 0.0 && p.frequency == 0.0) {
+        !self.history.is_empty() && (p.repeat != 1.0 || p.presence != 0.0 || p.frequency != 0.0)
+    }
+
+    /// Penalizes each distinct token of the history once, by its number of occurrences, in
+    /// the candidates while they are still in token order (`cand[t]` is token t): the work is
+    /// the history's length, not the vocabulary's times it.
+    fn apply_penalties(&mut self) {
+        if !self.penalties_apply() {
             return;
         }
-        for (tok, logit) in self.cand.iter_mut() {
-            let count = self.history.iter().filter(|&&h| h == *tok).count();
-            if count == 0 {
+        let p = self.penalties;
+        self.seen.clear();
+        self.seen.extend(self.history.iter().copied());
+        self.seen.sort_unstable();
+        for run in self.seen.chunk_by(|a, b| a == b) {
+            let Some((_, logit)) = self.cand.get_mut(run[0] as usize) else {
                 continue;
-            }
+            };
             *logit = if *logit > 0.0 {
                 *logit / p.repeat
             } else {
                 *logit * p.repeat
             };
-            *logit -= count as f32 * p.frequency + p.presence;
+            *logit -= run.len() as f32 * p.frequency + p.presence;
         }
     }
 
     /// The next token for `logits`.
     pub fn sample(&mut self, logits: &[f32]) -> u32 {
+        let greedy = match self.strategy {
+            Strategy::Greedy => true,
+            Strategy::Sample { temperature, .. } => temperature <= 0.0,
+        };
+        if greedy && !self.penalties_apply() {
+            return argmax(logits);
+        }
         self.cand.clear();
         self.cand
             .extend(logits.iter().enumerate().map(|(i, &l)| (i as u32, l)));
@@ -187,6 +208,22 @@ impl Sampler {
     }
 }
 
+/// The index of the largest value in `f32::total_cmp`'s order, the first of equals: the pick
+/// of the candidates' greedy order below, without building the candidates (a vocabulary of
+/// (token, logit) pairs written and read again each token). One pass for the largest key,
+/// which vectorizes, and one to find where it is.
+fn argmax(v: &[f32]) -> u32 {
+    // `total_cmp`'s key: the bits as i32, with a negative value's magnitude bits flipped.
+    let key = |x: f32| {
+        let b = x.to_bits() as i32;
+        b ^ (((b >> 31) as u32) >> 1) as i32
+    };
+    let best = v.iter().fold(i32::MIN, |m, &x| m.max(key(x)));
+    v.iter()
+        .position(|&x| key(x) == best)
+        .map_or(0, |i| i as u32)
+}
+
 /// Probabilities of the candidates' logits, into `out` (reused, so sampling allocates nothing).
 fn softmax(c: &[(u32, f32)], out: &mut Vec<f64>) {
     let max = c.iter().map(|x| x.1).fold(f32::NEG_INFINITY, f32::max);
@@ -242,6 +279,92 @@ mod tests {
         assert!(a.iter().all(|t| order[..5].contains(&(*t as usize))));
         // More than one of them does.
         assert!(a.iter().any(|&t| t != a[0]));
+    }
+
+    /// The greedy pick through the candidates, as `sample` made it for every input before the
+    /// direct `argmax`.
+    fn greedy_by_candidates(logits: &[f32]) -> u32 {
+        let by_logit = |a: &(u32, f32), b: &(u32, f32)| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0));
+        (0u32..)
+            .zip(logits.iter().copied())
+            .min_by(by_logit)
+            .map_or(0, |c| c.0)
+    }
+
+    #[test]
+    fn argmax_is_the_candidates_greedy_pick() {
+        let mut rng = Rng::new(11);
+        let specials = [
+            0.0,
+            -0.0,
+            f32::INFINITY,
+            f32::NEG_INFINITY,
+            f32::NAN,
+            -f32::NAN,
+            f32::MIN_POSITIVE,
+            -1e-45,
+        ];
+        assert_eq!(argmax(&[]), greedy_by_candidates(&[]));
+        for case in 0..3000 {
+            let n = 1 + rng.below(300) as usize;
+            // Few distinct values, so ties are common; some cases with special values.
+            let mut v: Vec<f32> = (0..n).map(|_| rng.below(7) as f32 - 3.0).collect();
+            if case % 3 == 0 {
+                for _ in 0..1 + rng.below(4) {
+                    let at = rng.below(n as u64) as usize;
+                    v[at] = specials[rng.below(specials.len() as u64) as usize];
+                }
+            }
+            if case % 5 == 0 {
+                v.iter_mut().for_each(|x| *x = -*x * 1e-3);
+            }
+            assert_eq!(argmax(&v), greedy_by_candidates(&v), "{v:?}");
+        }
+    }
+
+    #[test]
+    fn penalties_equal_the_scan_of_every_candidate() {
+        let mut rng = Rng::new(5);
+        for case in 0..300 {
+            let vocab = 1 + rng.below(200) as usize;
+            let p = Penalties {
+                repeat: [1.0, 1.1, 1.5][case % 3],
+                presence: [0.0, 0.3][case % 2],
+                frequency: [0.0, 0.25, 0.1][(case / 2) % 3],
+                last_n: 1 + rng.below(40) as usize,
+            };
+            let logits: Vec<f32> = (0..vocab).map(|_| rng.range_f32(-4.0, 4.0)).collect();
+            let mut s = Sampler::new(Strategy::Greedy, p);
+            for _ in 0..rng.below(60) {
+                // Some tokens beyond the vocabulary, which no candidate is.
+                s.accept(rng.below(vocab as u64 + 3) as u32);
+            }
+            // Every candidate against every history entry, as the penalties were applied.
+            let mut want: Vec<(u32, f32)> = (0u32..).zip(logits.iter().copied()).collect();
+            if !s.history.is_empty() && (p.repeat != 1.0 || p.presence != 0.0 || p.frequency != 0.0)
+            {
+                for (tok, logit) in want.iter_mut() {
+                    let count = s.history.iter().filter(|&&h| h == *tok).count();
+                    if count == 0 {
+                        continue;
+                    }
+                    *logit = if *logit > 0.0 {
+                        *logit / p.repeat
+                    } else {
+                        *logit * p.repeat
+                    };
+                    *logit -= count as f32 * p.frequency + p.presence;
+                }
+            }
+            s.cand.clear();
+            s.cand.extend((0u32..).zip(logits.iter().copied()));
+            s.apply_penalties();
+            let bits =
+                |c: &[(u32, f32)]| c.iter().map(|x| (x.0, x.1.to_bits())).collect::<Vec<_>>();
+            assert_eq!(bits(&s.cand), bits(&want), "case {case}");
+            let pick = greedy_by_candidates(&want.iter().map(|x| x.1).collect::<Vec<_>>());
+            assert_eq!(s.sample(&logits), pick, "case {case}");
+        }
     }
 
     #[test]
