@@ -74,9 +74,19 @@ pub(super) fn attend_split_kv(
     let (n_q, n_head, dv, splits) = (q.layout.ne[1], q.layout.ne[2], v.layout.ne[0], a.kv_splits);
     let part = 2 + dv;
     let work = a.work as *mut f32;
-    // Partials [row][head][chunk][2 + dv]; unit u is chunk u % splits of row u / splits.
+    let n_head_kv = n_head / call.group;
+    // Partials [row][head][chunk][2 + dv]; unit u is kv head u % n_head_kv of chunk
+    // (u / n_head_kv) % splits of row u / (n_head_kv · splits). A view's last chunk is often
+    // short (the view is padded, the rows are not), so a unit is one kv head's share of a
+    // chunk, not the whole chunk: the threads even out over the heads (SmolLM2 at 300 cached
+    // rows: chunks of 256 and 44 rows; by chunk one thread read 3 × 256 rows while the other
+    // read 3 × 44 and waited).
     let mut run_unit = |u: usize| {
-        let (i, c) = (u / splits, u % splits);
+        let (i, c, hk) = (
+            u / (n_head_kv * splits),
+            u / n_head_kv % splits,
+            u % n_head_kv,
+        );
         visible_rows_of(call, i, sc);
         let (n, chunk) = chunks(sc.rows.len(), splits);
         if c >= n {
@@ -87,14 +97,14 @@ pub(super) fn attend_split_kv(
             base: unsafe { work.add((i * n_head * splits + c) * part) },
             stride: splits * part,
         };
-        let mut h = 0;
-        while h < n_head {
-            let end = (h + MAX_GROUP).min((h / call.group + 1) * call.group);
+        let mut h = hk * call.group;
+        while h < (hk + 1) * call.group {
+            let end = (h + MAX_GROUP).min((hk + 1) * call.group);
             attend_heads_f16(call, (i, h..end), c * chunk..(c + 1) * chunk, out, a, sc);
             h = end;
         }
     };
-    let units = n_q * splits;
+    let units = n_q * splits * n_head_kv;
     if a.claimable {
         // Chunks to whichever thread is free (a thread a busy sibling core slows takes fewer).
         while let Some(claimed) = a.claim(units, 1) {
