@@ -19,9 +19,13 @@ use crate::kernels::{self, RawTensor, RunErrors, StepArgs, ERR_INDEX, MAX_SRC};
 use crate::memory::{AlignedBuf, Memory, MemoryError};
 use crate::pool::{JobPanicked, RunError, ThreadPool};
 
+mod fused;
 mod groups;
 mod thread_choice;
 mod watch;
+
+/// Most products run as one (`fused`): a group's steps.
+pub(crate) const MAX_FUSED: usize = groups::MAX_GROUP;
 
 use thread_choice::ThreadChoice;
 
@@ -193,12 +197,83 @@ impl Job<'_> {
         unsafe { std::slice::from_raw_parts(base as *const u8, len) }
     }
 
+    /// What step `i`'s kernel gets; `claims` is the index of its work counter.
+    fn step_args(&self, i: usize, claims: usize) -> StepArgs<'_> {
+        let step = &self.plan.steps()[i];
+        let node = self.plan.graph().node(step.node);
+        let mut src = [None; MAX_SRC];
+        debug_assert!(
+            node.src.len() <= MAX_SRC,
+            "{} has too many sources",
+            node.name
+        );
+        for (slot, &s) in src.iter_mut().zip(&node.src) {
+            *slot = Some(self.raw(s));
+        }
+        let (work, work_len) = match step.work {
+            Some((off, len)) => ((self.bases[0] + off) as *mut u8, len),
+            None => (std::ptr::null_mut(), 0),
+        };
+        let packed = match (node.op, node.src.first()) {
+            (
+                tinynn_core::ops::Op::MulMat
+                | tinynn_core::ops::Op::MulMatT
+                | tinynn_core::ops::Op::GetRows,
+                Some(&w),
+            ) if !self.strict => match self.plan.location(w).map(|l| l.region) {
+                Some(Region::Weight(i)) => self.packed[i as usize].as_deref(),
+                Some(Region::Persistent(i)) => self.packed_persistent[i as usize].as_deref(),
+                _ => None,
+            },
+            _ => None,
+        };
+        let source_dropped = match node.src.first() {
+            Some(&s) => match self.plan.location(s).map(|l| l.region) {
+                Some(Region::Persistent(i)) => self.packed_only[i as usize],
+                _ => false,
+            },
+            None => false,
+        };
+        StepArgs {
+            op: node.op,
+            packed,
+            source_dropped,
+            dst: self.raw(step.node),
+            src,
+            work,
+            work_len,
+            errors: self.errors,
+            strict: self.strict,
+            bf16_matmul: self.bf16_matmul,
+            claims: &self.claims[claims],
+            claimable: true,
+            kv_splits: self.span_threads,
+            step: i,
+        }
+    }
+
+    /// Runs the products of the fused run starting at step `i` (`first` is its args) as one
+    /// (see `fused`); false, having done nothing, when they cannot run so (then each runs
+    /// alone). Every thread decides the same: the same plan, weights and shapes.
+    fn run_fused(&self, i: usize, first: &StepArgs<'_>, ctx: &crate::pool::Ctx<'_>) -> bool {
+        let n = self.schedule.fused[i].min(groups::MAX_GROUP);
+        // The run's other products use no work counter of their own: the first one's serves.
+        let rest: [Option<StepArgs<'_>>; groups::MAX_GROUP] =
+            std::array::from_fn(|j| (1 <= j && j < n).then(|| self.step_args(i + j, 0)));
+        let mut parts: [Option<&StepArgs<'_>>; groups::MAX_GROUP] = [None; groups::MAX_GROUP];
+        parts[0] = Some(first);
+        for (p, r) in parts.iter_mut().zip(&rest).skip(1) {
+            *p = r.as_ref();
+        }
+        kernels::mul_mat_fused(&parts[..n], ctx)
+    }
+
     /// Runs every step; `at` follows the step this thread is in (read when it panics).
     fn run(&self, ctx: &crate::pool::Ctx<'_>, at: &mut usize) {
-        let g = self.plan.graph();
         let mut watched = 0;
         let (mut group, mut in_group) = (0, 0);
-        for (i, step) in self.plan.steps().iter().enumerate() {
+        let mut fused_left = 0;
+        for i in 0..self.plan.steps().len() {
             *at = i;
             if ctx.ith == 0 {
                 for f in &self.schedule.ahead[i] {
@@ -207,59 +282,19 @@ impl Job<'_> {
                 }
             }
             let started = self.trace.map(|(_, t0)| t0.elapsed().as_nanos() as u64);
-            let node = g.node(step.node);
             #[cfg(test)]
-            tests::fault(&node.name, ctx);
-            let mut src = [None; MAX_SRC];
-            debug_assert!(
-                node.src.len() <= MAX_SRC,
-                "{} has too many sources",
-                node.name
-            );
-            for (slot, &s) in src.iter_mut().zip(&node.src) {
-                *slot = Some(self.raw(s));
+            tests::fault(&self.plan.graph().node(self.plan.steps()[i].node).name, ctx);
+            if fused_left > 0 {
+                // Computed with the first product of its run.
+                fused_left -= 1;
+            } else {
+                let args = self.step_args(i, (group % 2) * groups::MAX_GROUP + in_group);
+                if self.schedule.fused[i] > 1 && self.run_fused(i, &args, ctx) {
+                    fused_left = self.schedule.fused[i] - 1;
+                } else {
+                    kernels::compute(&args, ctx);
+                }
             }
-            let (work, work_len) = match step.work {
-                Some((off, len)) => ((self.bases[0] + off) as *mut u8, len),
-                None => (std::ptr::null_mut(), 0),
-            };
-            let packed = match (node.op, node.src.first()) {
-                (
-                    tinynn_core::ops::Op::MulMat
-                    | tinynn_core::ops::Op::MulMatT
-                    | tinynn_core::ops::Op::GetRows,
-                    Some(&w),
-                ) if !self.strict => match self.plan.location(w).map(|l| l.region) {
-                    Some(Region::Weight(i)) => self.packed[i as usize].as_deref(),
-                    Some(Region::Persistent(i)) => self.packed_persistent[i as usize].as_deref(),
-                    _ => None,
-                },
-                _ => None,
-            };
-            let source_dropped = match node.src.first() {
-                Some(&s) => match self.plan.location(s).map(|l| l.region) {
-                    Some(Region::Persistent(i)) => self.packed_only[i as usize],
-                    _ => false,
-                },
-                None => false,
-            };
-            let args = StepArgs {
-                op: node.op,
-                packed,
-                source_dropped,
-                dst: self.raw(step.node),
-                src,
-                work,
-                work_len,
-                errors: self.errors,
-                strict: self.strict,
-                bf16_matmul: self.bf16_matmul,
-                claims: &self.claims[(group % 2) * groups::MAX_GROUP + in_group],
-                claimable: true,
-                kv_splits: self.span_threads,
-                step: i,
-            };
-            kernels::compute(&args, ctx);
             if let (Some((spans, t0)), Some(start)) = (self.trace, started) {
                 let slot = 2 * (i * self.span_threads + ctx.ith);
                 spans[slot].store(start, Ordering::Relaxed);

@@ -60,6 +60,8 @@ pub(crate) struct Schedule {
     /// when its row-wise step comes; thread 0 (which runs a one-row step) asks for it while
     /// the group before runs.
     pub(crate) ahead: Vec<Vec<Fetch>>,
+    /// Per step: the products starting there that run as one (`fused::fused_runs`).
+    pub(crate) fused: Vec<usize>,
 }
 
 impl Schedule {
@@ -75,7 +77,8 @@ impl Schedule {
                 ahead[start] = small_weights(plan, next..end);
             }
         }
-        Schedule { sync, ahead }
+        let fused = super::fused::fused_runs(plan, &sync);
+        Schedule { sync, ahead, fused }
     }
 
     /// A barrier after every step, nothing fetched early.
@@ -83,6 +86,7 @@ impl Schedule {
         Schedule {
             sync: vec![true; n_steps],
             ahead: vec![Vec::new(); n_steps],
+            fused: vec![0; n_steps],
         }
     }
 }

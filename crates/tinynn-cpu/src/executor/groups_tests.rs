@@ -110,6 +110,43 @@ fn a_decode_block_meets_at_a_barrier_only_where_data_crosses_threads() {
     );
 }
 
+/// q, k and v of one normalized row run as one product, and so do gate and up; the o and down
+/// products (alone in their groups) and products of different activations do not.
+#[test]
+fn products_of_one_activation_in_a_group_run_as_one() {
+    let l = layer(1);
+    let runs = super::super::fused::fused_runs(&l.plan, &sync_after(&l.plan));
+    let g = l.plan.graph();
+    let named: Vec<(&str, usize)> = l
+        .plan
+        .steps()
+        .iter()
+        .zip(&runs)
+        .filter(|(_, &n)| n > 0)
+        .map(|(s, &n)| (g.node(g.node(s.node).src[0]).name.as_str(), n))
+        .collect();
+    assert_eq!(named, vec![("wq", 3), ("wg", 2)]);
+    // With a barrier after every step nothing is fused.
+    let every = vec![true; l.plan.steps().len()];
+    assert!(super::super::fused::fused_runs(&l.plan, &every)
+        .iter()
+        .all(|&n| n == 0));
+    // Two products of different activations in one group are not a run.
+    let mut g = Graph::new();
+    let [a, b] = ["a", "b"].map(|n| g.input(n, F32, &[64, 1]).unwrap());
+    let [wa, wb] = ["wa", "wb"].map(|n| g.weight(n, GgmlType::Q8_0, &[64, 32]).unwrap());
+    let pa = g.mul_mat(wa, a).unwrap();
+    let pb = g.mul_mat(wb, b).unwrap();
+    let s = g.add(pa, pb).unwrap();
+    g.set_output(s).unwrap();
+    let plan = crate::compile(g);
+    let sync = sync_after(&plan);
+    assert!(!sync[0], "the two products share a group");
+    assert!(super::super::fused::fused_runs(&plan, &sync)
+        .iter()
+        .all(|&n| n == 0));
+}
+
 /// The norm scales are asked for one group before the row-wise steps that read them.
 #[test]
 fn small_weights_are_fetched_one_group_ahead() {
@@ -148,10 +185,11 @@ fn small_weights_are_fetched_one_group_ahead() {
     );
 }
 
-/// Every thread count, groups on and off, several runs each: the same output and caches.
+/// Every thread count, groups on and off, several runs each: the same output and caches;
+/// with the file's bytes and with packed copies (whose grouped products run fused).
 #[test]
 fn runs_in_groups_give_the_bits_of_runs_with_every_barrier() {
-    for t in [1, 5] {
+    for (t, packed) in [(1, false), (5, false), (1, true), (5, true), (9, true)] {
         let l = layer(t);
         let mut want: Option<Vec<Vec<f32>>> = None;
         for threads in [1, 2, 3] {
@@ -159,6 +197,13 @@ fn runs_in_groups_give_the_bits_of_runs_with_every_barrier() {
                 let mut mem = Memory::new(&l.plan);
                 for (w, bytes) in &l.weights {
                     mem.bind_weight(&l.plan, *w, bytes).unwrap();
+                    let layout = l.plan.graph().layout(*w);
+                    if !packed || layout.dtype != GgmlType::Q8_0 {
+                        continue;
+                    }
+                    let copy = crate::packed::pack(layout.dtype, layout.ne, bytes).unwrap();
+                    mem.bind_packed(&l.plan, *w, std::sync::Arc::new(copy))
+                        .unwrap();
                 }
                 let ids: Vec<i32> = (0..t as i32).map(|i| (i * 3) % 10).collect();
                 let pos: Vec<i32> = (0..t as i32).map(|i| 2 + i).collect();
@@ -179,7 +224,10 @@ fn runs_in_groups_give_the_bits_of_runs_with_every_barrier() {
                     Some(w) => {
                         for (a, b) in w.iter().zip(&got) {
                             let same = a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits());
-                            assert!(same, "{t} tokens, {threads} threads, groups {grouped}");
+                            assert!(
+                                same,
+                                "{t} tokens, {threads} threads, groups {grouped}, packed {packed}"
+                            );
                         }
                     }
                 }

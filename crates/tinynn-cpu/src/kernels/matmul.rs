@@ -281,6 +281,82 @@ fn mul_mat_packed_few(p: &PackedWeight, a: &StepArgs<'_>, ctx: &Ctx<'_>) {
     });
 }
 
+/// Several decode products of one activation (`parts`, the steps of a fused run: the
+/// executor's `fused`) as one range of 16-row groups, handed out as [`StepArgs::for_shares`]
+/// hands out one product's, with the first part's work counter: each thread prepares the
+/// activation rows once, and its share may run from one weight into the next. False, having
+/// done nothing, unless every part has a packed weight of the same activation format and
+/// length, a contiguous output and the same contiguous F32 activation of at most
+/// [`FEW_ROWS`] rows (decode).
+pub(crate) fn mul_mat_fused(parts: &[Option<&StepArgs<'_>>], ctx: &Ctx<'_>) -> bool {
+    const MAX: usize = crate::executor::MAX_FUSED;
+    let Some(Some(first)) = parts.first() else {
+        return false;
+    };
+    let x = first.src(1);
+    let rows = x.layout.n_rows();
+    if first.strict
+        || parts.len() > MAX
+        || rows > FEW_ROWS
+        || x.layout.nb[0] != 4
+        || x.layout.dtype != GgmlType::F32
+    {
+        return false;
+    }
+    let mut weights: [Option<&PackedWeight>; MAX] = [None; MAX];
+    let mut format = None;
+    for (w, part) in weights.iter_mut().zip(parts) {
+        let Some(a) = part else { return false };
+        let Some(p) = a.packed else { return false };
+        let y = a.src(1);
+        let same_x = y.ptr == x.ptr && y.layout == x.layout;
+        let this = (p.kind().activation_format(), p.activation_row_bytes());
+        if !same_x || !a.dst.layout.is_contiguous() || *format.get_or_insert(this) != this {
+            return false;
+        }
+        *w = Some(p);
+    }
+    let arb = format.map_or(0, |f| f.1);
+    let total: usize = weights.iter().flatten().map(|p| p.n_groups()).sum();
+    FEW_ACTS.with_borrow_mut(|acts| {
+        if acts.len() < rows * arb {
+            acts.resize(rows * arb, 0);
+        }
+        for r in 0..rows {
+            let (i1, i2, i3) = row_index(&x.layout, r);
+            // SAFETY: row r of x holds k contiguous f32s (checked above).
+            let row = unsafe { x.row_f32(i1, i2, i3) };
+            if let Some(p) = weights[0] {
+                p.prepare_activations(row, &mut acts[r * arb..][..arb]);
+            }
+        }
+        first.for_shares(total, ctx.ith, ctx.nth, |range| {
+            // The range's groups, part by part (part j's groups follow part j − 1's).
+            let mut start = 0;
+            for (p, a) in weights.iter().flatten().zip(parts.iter().flatten()) {
+                let (lo, hi) = (range.start.max(start), range.end.min(start + p.n_groups()));
+                if lo < hi {
+                    // SAFETY: `acts` holds every prepared row; each part's dst is contiguous
+                    // F32 with `rows` rows of its n_rows values, and the handed-out groups'
+                    // columns are this thread's alone.
+                    unsafe {
+                        p.matmul_raw(
+                            acts.as_ptr(),
+                            arb,
+                            rows,
+                            a.dst.ptr as *mut f32,
+                            a.dst.layout.nb[1] / 4,
+                            lo - start..hi - start,
+                        )
+                    };
+                }
+                start += p.n_groups();
+            }
+        });
+    });
+    true
+}
+
 /// Reference mode: weights dequantized in chunks, activations used as f32 (not quantized),
 /// products summed in f64.
 fn mul_mat_strict(a: &StepArgs<'_>, ctx: &Ctx<'_>) {

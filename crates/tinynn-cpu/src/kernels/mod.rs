@@ -345,6 +345,8 @@ pub(crate) fn row_index(l: &Layout, r: usize) -> (usize, usize, usize) {
     )
 }
 
+pub(crate) use matmul::mul_mat_fused;
+
 /// Runs one step's share on this thread.
 pub(crate) fn compute(a: &StepArgs<'_>, ctx: &Ctx<'_>) {
     match a.op {
