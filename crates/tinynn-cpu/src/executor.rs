@@ -252,22 +252,6 @@ impl Job<'_> {
         }
     }
 
-    /// Runs the products of the fused run starting at step `i` (`first` is its args) as one
-    /// (see `fused`); false, having done nothing, when they cannot run so (then each runs
-    /// alone). Every thread decides the same: the same plan, weights and shapes.
-    fn run_fused(&self, i: usize, first: &StepArgs<'_>, ctx: &crate::pool::Ctx<'_>) -> bool {
-        let n = self.schedule.fused[i].min(groups::MAX_GROUP);
-        // The run's other products use no work counter of their own: the first one's serves.
-        let rest: [Option<StepArgs<'_>>; groups::MAX_GROUP] =
-            std::array::from_fn(|j| (1 <= j && j < n).then(|| self.step_args(i + j, 0)));
-        let mut parts: [Option<&StepArgs<'_>>; groups::MAX_GROUP] = [None; groups::MAX_GROUP];
-        parts[0] = Some(first);
-        for (p, r) in parts.iter_mut().zip(&rest).skip(1) {
-            *p = r.as_ref();
-        }
-        kernels::mul_mat_fused(&parts[..n], ctx)
-    }
-
     /// Runs every step; `at` follows the step this thread is in (read when it panics).
     fn run(&self, ctx: &crate::pool::Ctx<'_>, at: &mut usize) {
         let mut watched = 0;

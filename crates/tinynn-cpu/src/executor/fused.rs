@@ -15,6 +15,9 @@
 use tinynn_core::ops::Op;
 use tinynn_core::plan::{Plan, Region};
 
+use super::{groups, Job};
+use crate::kernels::{self, StepArgs};
+
 /// Per step: how many products starting there run as one (0 or 1: the step runs alone). A
 /// run is ≥ 2 consecutive `MulMat` steps with no barrier between them (`sync`), each with a
 /// weight as its matrix, all with the same activation tensor. Whether they can run fused is
@@ -50,4 +53,27 @@ pub(crate) fn fused_runs(plan: &Plan, sync: &[bool]) -> Vec<usize> {
         i += n;
     }
     runs
+}
+
+impl Job<'_> {
+    /// Runs the products of the fused run starting at step `i` (`first` is its args) as one
+    /// (see `fused`); false, having done nothing, when they cannot run so (then each runs
+    /// alone). Every thread decides the same: the same plan, weights and shapes.
+    pub(super) fn run_fused(
+        &self,
+        i: usize,
+        first: &StepArgs<'_>,
+        ctx: &crate::pool::Ctx<'_>,
+    ) -> bool {
+        let n = self.schedule.fused[i].min(groups::MAX_GROUP);
+        // The run's other products use no work counter of their own: the first one's serves.
+        let rest: [Option<StepArgs<'_>>; groups::MAX_GROUP] =
+            std::array::from_fn(|j| (1 <= j && j < n).then(|| self.step_args(i + j, 0)));
+        let mut parts: [Option<&StepArgs<'_>>; groups::MAX_GROUP] = [None; groups::MAX_GROUP];
+        parts[0] = Some(first);
+        for (p, r) in parts.iter_mut().zip(&rest).skip(1) {
+            *p = r.as_ref();
+        }
+        kernels::mul_mat_fused(&parts[..n], ctx)
+    }
 }
