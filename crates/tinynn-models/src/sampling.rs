@@ -139,29 +139,24 @@ impl Sampler {
             .extend(logits.iter().enumerate().map(|(i, &l)| (i as u32, l)));
         self.apply_penalties();
         let by_logit = |a: &(u32, f32), b: &(u32, f32)| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0));
-        let Strategy::Sample {
-            temperature,
-            top_k,
-            top_p,
-            min_p,
-            ..
-        } = self.strategy
-        else {
-            return self
-                .cand
-                .iter()
-                .copied()
-                .min_by(by_logit)
-                .map_or(0, |c| c.0);
+        let (temperature, top_k, top_p, min_p) = match self.strategy {
+            Strategy::Sample {
+                temperature,
+                top_k,
+                top_p,
+                min_p,
+                ..
+            } if !greedy => (temperature, top_k, top_p, min_p),
+            // Greedy after penalties (without them it returned above).
+            _ => {
+                return self
+                    .cand
+                    .iter()
+                    .copied()
+                    .min_by(by_logit)
+                    .map_or(0, |c| c.0)
+            }
         };
-        if temperature <= 0.0 {
-            return self
-                .cand
-                .iter()
-                .copied()
-                .min_by(by_logit)
-                .map_or(0, |c| c.0);
-        }
         // top-k (select, then sort what is left).
         let k = if top_k == 0 {
             self.cand.len()

@@ -67,12 +67,9 @@ impl Job<'_> {
     ) -> bool {
         let n = self.schedule.fused[i].min(groups::MAX_GROUP);
         // The run's other products use no work counter of their own: the first one's serves.
-        let rest: [Option<StepArgs<'_>>; groups::MAX_GROUP] =
-            std::array::from_fn(|j| (1 <= j && j < n).then(|| self.step_args(i + j, 0)));
-        let mut parts: [Option<&StepArgs<'_>>; groups::MAX_GROUP] = [None; groups::MAX_GROUP];
-        parts[0] = Some(first);
-        for (p, r) in parts.iter_mut().zip(&rest).skip(1) {
-            *p = r.as_ref();
+        let mut parts = [*first; groups::MAX_GROUP];
+        for (j, p) in parts.iter_mut().enumerate().take(n).skip(1) {
+            *p = self.step_args(i + j, 0);
         }
         kernels::mul_mat_fused(&parts[..n], ctx)
     }

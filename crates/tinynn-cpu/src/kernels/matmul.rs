@@ -250,102 +250,88 @@ thread_local! {
 /// [`mul_mat_packed`] for at most [`FEW_ROWS`] contiguous activation rows, without a barrier:
 /// each thread prepares every row in its own buffer, then runs its groups.
 fn mul_mat_packed_few(p: &PackedWeight, a: &StepArgs<'_>, ctx: &Ctx<'_>) {
-    let (x, dst) = (a.src(1), a.dst);
-    let (rows, arb) = (x.layout.n_rows(), p.activation_row_bytes());
-    FEW_ACTS.with_borrow_mut(|acts| {
-        if acts.len() < rows * arb {
-            acts.resize(rows * arb, 0);
-        }
-        for r in 0..rows {
-            let (i1, i2, i3) = row_index(&x.layout, r);
-            // SAFETY: row r of x holds k contiguous f32s (checked by the caller).
-            p.prepare_activations(
-                unsafe { x.row_f32(i1, i2, i3) },
-                &mut acts[r * arb..][..arb],
-            );
-        }
-        a.for_shares(p.n_groups(), ctx.ith, ctx.nth, |groups| {
-            // SAFETY: `acts` holds every prepared row; dst is contiguous F32 with `rows` rows
-            // of n_rows values, and the handed-out groups' columns are this thread's alone.
-            unsafe {
-                p.matmul_raw(
-                    acts.as_ptr(),
-                    arb,
-                    rows,
-                    dst.ptr as *mut f32,
-                    dst.layout.nb[1] / 4,
-                    groups,
-                )
-            };
-        });
-    });
+    packed_few(a, &[(p, a.dst)], ctx);
 }
 
 /// Several decode products of one activation (`parts`, the steps of a fused run: the
-/// executor's `fused`) as one range of 16-row groups, handed out as [`StepArgs::for_shares`]
-/// hands out one product's, with the first part's work counter: each thread prepares the
-/// activation rows once, and its share may run from one weight into the next. False, having
-/// done nothing, unless every part has a packed weight of the same activation format and
-/// length, a contiguous output and the same contiguous F32 activation of at most
-/// [`FEW_ROWS`] rows (decode).
-pub(crate) fn mul_mat_fused(parts: &[Option<&StepArgs<'_>>], ctx: &Ctx<'_>) -> bool {
+/// executor's `fused`) as one range of 16-row groups, as [`mul_mat_packed_few`] runs one: each
+/// thread prepares the activation rows once, and its share may run from one weight into the
+/// next. False, having done nothing, unless every part has a packed weight of the same
+/// activation format and length, a contiguous output and the same contiguous F32 activation
+/// of at most [`FEW_ROWS`] rows (decode).
+pub(crate) fn mul_mat_fused(parts: &[StepArgs<'_>], ctx: &Ctx<'_>) -> bool {
     const MAX: usize = crate::executor::MAX_FUSED;
-    let Some(Some(first)) = parts.first() else {
+    let Some(first) = parts.first() else {
         return false;
     };
     let x = first.src(1);
-    let rows = x.layout.n_rows();
     if first.strict
         || parts.len() > MAX
-        || rows > FEW_ROWS
+        || x.layout.n_rows() > FEW_ROWS
         || x.layout.nb[0] != 4
         || x.layout.dtype != GgmlType::F32
     {
         return false;
     }
-    let mut weights: [Option<&PackedWeight>; MAX] = [None; MAX];
-    let mut format = None;
-    for (w, part) in weights.iter_mut().zip(parts) {
-        let Some(a) = part else { return false };
+    let Some(p0) = first.packed else {
+        return false;
+    };
+    let format = (p0.kind().activation_format(), p0.activation_row_bytes());
+    let mut list = [(p0, first.dst); MAX];
+    for (l, a) in list.iter_mut().zip(parts) {
         let Some(p) = a.packed else { return false };
         let y = a.src(1);
-        let same_x = y.ptr == x.ptr && y.layout == x.layout;
-        let this = (p.kind().activation_format(), p.activation_row_bytes());
-        if !same_x || !a.dst.layout.is_contiguous() || *format.get_or_insert(this) != this {
+        if y.ptr != x.ptr
+            || y.layout != x.layout
+            || !a.dst.layout.is_contiguous()
+            || (p.kind().activation_format(), p.activation_row_bytes()) != format
+        {
             return false;
         }
-        *w = Some(p);
+        *l = (p, a.dst);
     }
-    let arb = format.map_or(0, |f| f.1);
-    let total: usize = weights.iter().flatten().map(|p| p.n_groups()).sum();
+    packed_few(first, &list[..parts.len()], ctx);
+    true
+}
+
+/// The body of [`mul_mat_packed_few`] and [`mul_mat_fused`]: `parts` are (weight, output)
+/// pairs read against `a`'s activation (source 1, contiguous F32 rows), all weights of one
+/// activation format and length; their 16-row groups are one range handed out with `a`'s
+/// work counter (part j's groups follow part j − 1's).
+fn packed_few(a: &StepArgs<'_>, parts: &[(&PackedWeight, RawTensor)], ctx: &Ctx<'_>) {
+    let Some(&(p0, _)) = parts.first() else {
+        return;
+    };
+    let x = a.src(1);
+    let (rows, arb) = (x.layout.n_rows(), p0.activation_row_bytes());
+    let total: usize = parts.iter().map(|(p, _)| p.n_groups()).sum();
     FEW_ACTS.with_borrow_mut(|acts| {
         if acts.len() < rows * arb {
             acts.resize(rows * arb, 0);
         }
         for r in 0..rows {
             let (i1, i2, i3) = row_index(&x.layout, r);
-            // SAFETY: row r of x holds k contiguous f32s (checked above).
-            let row = unsafe { x.row_f32(i1, i2, i3) };
-            if let Some(p) = weights[0] {
-                p.prepare_activations(row, &mut acts[r * arb..][..arb]);
-            }
+            // SAFETY: row r of x holds k contiguous f32s (checked by the callers).
+            p0.prepare_activations(
+                unsafe { x.row_f32(i1, i2, i3) },
+                &mut acts[r * arb..][..arb],
+            );
         }
-        first.for_shares(total, ctx.ith, ctx.nth, |range| {
-            // The range's groups, part by part (part j's groups follow part j − 1's).
+        a.for_shares(total, ctx.ith, ctx.nth, |range| {
             let mut start = 0;
-            for (p, a) in weights.iter().flatten().zip(parts.iter().flatten()) {
+            for &(p, dst) in parts {
                 let (lo, hi) = (range.start.max(start), range.end.min(start + p.n_groups()));
                 if lo < hi {
-                    // SAFETY: `acts` holds every prepared row; each part's dst is contiguous
-                    // F32 with `rows` rows of its n_rows values, and the handed-out groups'
+                    // SAFETY: `acts` holds every prepared row; each dst is contiguous F32 with
+                    // `rows` rows of its weight's n_rows values, and the handed-out groups'
                     // columns are this thread's alone.
                     unsafe {
                         p.matmul_raw(
                             acts.as_ptr(),
                             arb,
                             rows,
-                            a.dst.ptr as *mut f32,
-                            a.dst.layout.nb[1] / 4,
+                            dst.ptr as *mut f32,
+                            dst.layout.nb[1] / 4,
                             lo - start..hi - start,
                         )
                     };
@@ -354,7 +340,6 @@ pub(crate) fn mul_mat_fused(parts: &[Option<&StepArgs<'_>>], ctx: &Ctx<'_>) -> b
             }
         });
     });
-    true
 }
 
 /// Reference mode: weights dequantized in chunks, activations used as f32 (not quantized),

@@ -183,6 +183,7 @@ impl RunErrors {
 pub(crate) const MAX_SRC: usize = 8;
 
 /// Everything one step needs.
+#[derive(Clone, Copy)]
 pub(crate) struct StepArgs<'a> {
     pub op: Op,
     /// A packed copy of source 0 when it is a weight that has one (matrix products and row
