@@ -15,6 +15,7 @@ use tinynn_core::plan::{Location, Plan, Region};
 use tinynn_core::tensor::TensorId;
 use tinynn_format::GgmlType;
 
+use crate::kernels::shares::Share;
 use crate::kernels::{self, RawTensor, RunErrors, StepArgs, ERR_INDEX, MAX_SRC};
 use crate::memory::{AlignedBuf, Memory, MemoryError};
 use crate::pool::{JobPanicked, RunError, ThreadPool};
@@ -127,6 +128,8 @@ pub struct Executor {
     /// Steps may run in groups without barriers between them (`groups`); off, a barrier
     /// follows every step.
     step_groups: bool,
+    /// Every work counter's shares, `n_threads` each (see `Job::shares`).
+    shares: Vec<Share>,
 }
 
 struct Job<'a> {
@@ -150,6 +153,9 @@ struct Job<'a> {
     /// thread 0 zeroes after the barrier that ends the group (no thread touches it again
     /// before the barrier ending group `g + 1`).
     claims: &'a [AtomicUsize; 2 * groups::MAX_GROUP],
+    /// The steps' shares of work (`kernels::shares`), `span_threads` a work counter, each
+    /// reset by its own thread after the barrier that ends the group.
+    shares: &'a [Share],
     /// `(step, t)`: persistent `t` is final after `step` (checked against the plan);
     /// thread 0 hands it to `ready` then, ascending.
     watch: &'a [(usize, TensorId)],
@@ -246,6 +252,7 @@ impl Job<'_> {
             strict: self.strict,
             bf16_matmul: self.bf16_matmul,
             claims: &self.claims[claims],
+            shares: &self.shares[claims * self.span_threads..][..self.span_threads],
             claimable: true,
             kv_splits: self.span_threads,
             step: i,
@@ -292,8 +299,11 @@ impl Job<'_> {
                 // Another thread panicked: what later steps read may never have been written.
                 return;
             }
+            let first = (group % 2) * groups::MAX_GROUP;
+            for p in first..=first + in_group {
+                self.shares[p * self.span_threads + ctx.ith].reset();
+            }
             if ctx.ith == 0 {
-                let first = (group % 2) * groups::MAX_GROUP;
                 for c in &self.claims[first..=first + in_group] {
                     c.store(0, Ordering::Relaxed);
                 }
@@ -362,6 +372,9 @@ impl Executor {
             spans,
             schedules: Vec::new(),
             step_groups: true,
+            shares: (0..2 * groups::MAX_GROUP * threads)
+                .map(|_| Share::default())
+                .collect(),
             threads: ThreadChoice {
                 adaptive: opts.adaptive_threads,
                 active: threads,
@@ -471,6 +484,8 @@ impl Executor {
             spans.iter().for_each(|s| s.store(0, Ordering::Relaxed));
         }
         let claims = std::array::from_fn(|_| AtomicUsize::new(0));
+        // A run that ended in a panic may have left shares taken.
+        self.shares.iter().for_each(Share::reset);
         let schedule = self.schedule_of(plan);
         self.persistent_lens.clear();
         self.persistent_lens
@@ -488,6 +503,7 @@ impl Executor {
             bf16_matmul: self.bf16_matmul,
             trace: self.spans.as_deref().map(|s| (s, Instant::now())),
             claims: &claims,
+            shares: &self.shares,
             schedule: &schedule,
             watch,
             ready,

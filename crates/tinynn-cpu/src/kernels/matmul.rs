@@ -42,8 +42,8 @@ pub(crate) fn strided(
 /// batches split over the threads. Each output block is computed by one thread, whichever it
 /// is, so the result depends neither on the thread count nor on the split. With `shared` (the
 /// step's one GEMM, its claim counter free: [`StepArgs::claimable`]) the jobs are handed out
-/// as [`StepArgs::for_shares`] does, a static three quarters and the rest to whichever thread
-/// is free; otherwise each thread takes its static run of about equal work
+/// as [`StepArgs::for_shares`] does (a share each, and the others' last jobs to a thread that
+/// is done); otherwise each thread takes its static run of about equal work
 /// ([`Gemm::thread_jobs`]). A static split lost 11–13% of SmolLM2's LoRA step's products to
 /// one thread waiting for the other on this (shared, noisy) host.
 pub(crate) fn gemm_batches(

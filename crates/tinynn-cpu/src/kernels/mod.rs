@@ -25,6 +25,7 @@ mod reduce;
 mod rope;
 mod rows;
 mod shape;
+pub(crate) mod shares;
 mod softmax;
 mod ssm_back;
 mod train;
@@ -203,6 +204,9 @@ pub(crate) struct StepArgs<'a> {
     pub bf16_matmul: bool,
     /// This step's shared work counter, 0 when the step starts (see [`StepArgs::claim`]).
     pub claims: &'a AtomicUsize,
+    /// This step's shares of work, one per thread, none taken when the step starts (see
+    /// [`StepArgs::for_shares`]).
+    pub shares: &'a [shares::Share],
     /// Whether the kernel may use [`StepArgs::claim`]: false when it runs more than once in
     /// the step (per batch, see `per_batch`), where one counter cannot serve every run.
     pub claimable: bool,
@@ -225,26 +229,23 @@ impl StepArgs<'_> {
         (start < n).then(|| start..(start + chunk).min(n))
     }
 
-    /// Hands out `0..n` to the step's threads: each first takes its own contiguous share of
-    /// the first three quarters (read in order, so the weights stream and no counter is
-    /// shared), then the last quarter goes in chunks of about a thirty-second of a thread's
-    /// share to whichever thread is free, so a thread slowed by a busy sibling core hands its
-    /// work to the others. Calls `f` on each range; at most one such loop (or
-    /// [`StepArgs::claim`] loop) per step.
+    /// Hands out `0..n` to the step's threads (`shares`): each takes its own contiguous share
+    /// from the front, read in order so its weights stream, and one that runs out takes from
+    /// the back of the others' shares, so a thread slowed by a busy sibling core hands its last
+    /// items to the others. Calls `f` on each range; at most one such loop per step. Where the
+    /// kernel runs more than once in the step (not [`StepArgs::claimable`]), a static split.
     ///
-    /// Measured on SmolLM2 Q4_1 decode, 2 threads (median of 8 interleaved runs, 25–39 GB/s):
-    /// every range claimed in eighths 206 t/s, this 223 t/s, a static split 221 t/s; a
-    /// contended host is what the claimed quarter is for.
+    /// Measured on SmolLM2 Q4_1 decode, 2 threads (median of 8 interleaved runs, 25–39 GB/s),
+    /// when the last quarter went from one shared counter: every range claimed in eighths
+    /// 206 t/s, three quarters static and a claimed quarter 223 t/s, a static split 221 t/s.
     pub fn for_shares(&self, n: usize, ith: usize, nth: usize, mut f: impl FnMut(Range<usize>)) {
-        let own = n * 3 / (4 * nth);
-        if own > 0 {
-            f(ith * own..(ith + 1) * own);
-        }
-        let start = own * nth;
-        let rest = n - start;
-        let chunk = rest.div_ceil(8 * nth).max(1);
-        while let Some(r) = self.claim(rest, chunk) {
-            f(start + r.start..start + r.end);
+        if n == 0 {
+        } else if nth == 1 {
+            f(0..n);
+        } else if self.claimable && self.shares.len() >= nth && n <= shares::MAX_ITEMS {
+            shares::for_each_taken(self.shares, n, ith, nth, f);
+        } else {
+            f(shares::share_of(n, ith, nth));
         }
     }
 
