@@ -22,6 +22,8 @@ use crate::pool::{JobPanicked, RunError, ThreadPool};
 
 mod fused;
 mod groups;
+#[cfg(test)]
+mod shares_tests;
 mod thread_choice;
 mod watch;
 
