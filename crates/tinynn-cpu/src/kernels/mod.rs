@@ -240,12 +240,14 @@ impl StepArgs<'_> {
     /// 206 t/s, three quarters static and a claimed quarter 223 t/s, a static split 221 t/s.
     pub fn for_shares(&self, n: usize, ith: usize, nth: usize, mut f: impl FnMut(Range<usize>)) {
         if n == 0 {
-        } else if nth == 1 {
+            return;
+        }
+        if nth == 1 {
             f(0..n);
         } else if self.claimable && self.shares.len() >= nth && n <= shares::MAX_ITEMS {
             shares::for_each_taken(self.shares, n, ith, nth, f);
         } else {
-            f(shares::share_of(n, ith, nth));
+            f(split(n, ith, nth));
         }
     }
 

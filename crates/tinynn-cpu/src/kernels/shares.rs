@@ -1,6 +1,6 @@
 //! How a step's items (a product's 16-row groups, a GEMM's tiles) go to its threads
 //! ([`StepArgs::for_shares`](super::StepArgs::for_shares)): thread `t` owns the contiguous
-//! share `t·n/nth .. (t+1)·n/nth` and takes it from the front, in chunks of a quarter of what
+//! share `kernels::split` gives it and takes it from the front, in chunks of a quarter of what
 //! is left; a thread whose share is empty takes from the back of the others', so a thread a
 //! busy sibling core slows hands its last items to the one that is free.
 //!
@@ -14,6 +14,8 @@
 //! host whose 2-thread probe read 47 GB/s; at 33–35 GB/s the three were within 5%.
 
 use std::ops::Range;
+
+use super::split;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// One thread's share of a step's items: how many were taken from its front (by its owner,
@@ -77,12 +79,6 @@ impl Share {
     }
 }
 
-/// Thread `t`'s share of `n` items split over `nth` threads.
-#[inline]
-pub(crate) fn share_of(n: usize, t: usize, nth: usize) -> Range<usize> {
-    t * n / nth..(t + 1) * n / nth
-}
-
 /// Calls `f` on every range of `0..n` thread `ith` of `nth` takes (see the module doc):
 /// its own share from the front, then the others' from their backs, starting with the next
 /// thread's. `shares` holds one zeroed [`Share`] per thread.
@@ -94,12 +90,12 @@ pub(crate) fn for_each_taken(
     mut f: impl FnMut(Range<usize>),
 ) {
     debug_assert!(shares.len() >= nth && n <= MAX_ITEMS);
-    let own = share_of(n, ith, nth);
+    let own = split(n, ith, nth);
     while let Some(r) = shares[ith].take_front(own.len()) {
         f(own.start + r.start..own.start + r.end);
     }
     for v in (1..nth).map(|d| (ith + d) % nth) {
-        let other = share_of(n, v, nth);
+        let other = split(n, v, nth);
         while let Some(r) = shares[v].take_back(other.len()) {
             f(other.start + r.start..other.start + r.end);
         }
@@ -148,7 +144,7 @@ mod tests {
                     for (ith, got) in firsts.iter().enumerate() {
                         // The owner's ranges in its share run contiguously from its start;
                         // what others took from it lies past them.
-                        let own = share_of(n, ith, nth);
+                        let own = split(n, ith, nth);
                         let mut end = own.start;
                         for r in got.iter().filter(|r| own.contains(&r.start)) {
                             assert_eq!(r.start, end, "n={n} nth={nth}: thread {ith} jumped");
