@@ -187,11 +187,12 @@ fn plan_prints_decode_and_prefill_layouts() {
     );
     assert_eq!(s.matches("arena: ").count(), 2, "{s}");
     assert!(s.contains("logits") && s.contains("flash_attn"), "{s}");
-    // SmolLM2's 30 layers meet at ~10 barriers each on a decode token (574 steps): the
-    // step groups hold (a change to the planner or the graph that breaks them shows here).
+    // SmolLM2's 30 layers meet at ~9 barriers each on a decode token (574 steps): the
+    // step groups and the gated units' epilogues hold (a change to the planner or the graph
+    // that breaks them shows here).
     let decode = s.lines().find(|l| l.starts_with("barriers: ")).unwrap();
     let n: Vec<usize> = decode.split(' ').filter_map(|w| w.parse().ok()).collect();
-    assert!(n.len() == 2 && n[0] <= 303 && n[1] == 574, "{decode}");
+    assert!(n.len() == 2 && n[0] <= 273 && n[1] == 574, "{decode}");
     let out = run_measured(tnn().args(["plan", "-m", "/nonexistent.gguf"]));
     assert_eq!(out.code, Some(1));
 }

@@ -63,7 +63,11 @@ pub enum ExecError {
 /// Barriers a run of `plan` meets (one after each group of steps, see `Executor::
 /// set_step_groups`): what `tnn plan` reports beside the step count.
 pub fn barriers(plan: &Plan) -> usize {
-    groups::sync_after(plan).iter().filter(|&&b| b).count()
+    groups::Schedule::of(plan)
+        .sync
+        .iter()
+        .filter(|&&b| b)
+        .count()
 }
 
 /// How an executor runs plans.
@@ -278,13 +282,12 @@ impl Job<'_> {
             #[cfg(test)]
             tests::fault(&self.plan.graph().node(self.plan.steps()[i].node).name, ctx);
             if fused_left > 0 {
-                // Computed with the first product of its run.
-                fused_left -= 1;
+                fused_left -= 1; // Computed with the first product of its run.
             } else {
-                let args = self.step_args(i, (group % 2) * groups::MAX_GROUP + in_group);
-                if self.schedule.fused[i] > 1 && self.run_fused(i, &args, ctx) {
-                    fused_left = self.schedule.fused[i] - 1;
-                } else {
+                let claims = (group % 2) * groups::MAX_GROUP + in_group;
+                let args = self.step_args(i, claims);
+                fused_left = self.run_fused(i, claims, &args, ctx);
+                if fused_left == 0 {
                     kernels::compute(&args, ctx);
                 }
             }

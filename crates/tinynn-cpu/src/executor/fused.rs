@@ -11,9 +11,19 @@
 //! (`kernels::matmul::mul_mat_fused`): the activation prepared once, one thread's share
 //! crossing from one weight into the next, one tail. Each output column is still computed by
 //! one thread with the same kernel, so the bits are the same.
+//!
+//! A run of two products whose outputs only feed the gated unit right after (SwiGLU, GeGLU:
+//! `s = act(gate) · up`, alone in the next group) takes that step in as its epilogue
+//! ([`glu_epilogues`]): the run hands out pairs of groups, the gate's group `g` and the up
+//! product's group `g`, and the thread that computed both computes `s` on those 16 columns
+//! while they are in its caches. One step and one barrier fewer a layer, and `s`'s columns
+//! are the same bits (the row kernels give the same value for a column whatever slice of
+//! the row they are given).
 
 use tinynn_core::ops::Op;
-use tinynn_core::plan::{Plan, Region};
+use tinynn_core::plan::{Location, Plan, Region};
+use tinynn_core::tensor::TensorId;
+use tinynn_format::GgmlType;
 
 use super::{groups, Job};
 use crate::kernels::{self, StepArgs};
@@ -55,22 +65,103 @@ pub(crate) fn fused_runs(plan: &Plan, sync: &[bool]) -> Vec<usize> {
     runs
 }
 
+/// Per step: whether the fused run starting there takes the gated-unit step right after it
+/// as its epilogue (see the module comment); where it does, the barrier between the run and
+/// that step is taken out of `sync`. Only when the run is two products (gate, then up), the
+/// step reads exactly their outputs, F32 with contiguous rows of one shape, stands alone in
+/// its group, and writes bytes the run's steps do not touch (or exactly the gate's or the
+/// up product's output: in place, each thread writes only columns it computed and read).
+pub(crate) fn glu_epilogues(plan: &Plan, sync: &mut [bool], fused: &[usize]) -> Vec<bool> {
+    let g = plan.graph();
+    let steps = plan.steps();
+    let mut glu = vec![false; steps.len()];
+    for i in 0..steps.len() {
+        let j = i + 2;
+        if fused[i] != 2 || j >= steps.len() || !sync[i + 1] || !sync[j] {
+            continue;
+        }
+        let node = g.node(steps[j].node);
+        let (gate, up) = (steps[i].node, steps[i + 1].node);
+        if !matches!(node.op, Op::SwiGlu | Op::GeGlu) || node.src[..] != [gate, up] {
+            continue;
+        }
+        let rows_f32 = |t: TensorId| {
+            let l = g.layout(t);
+            l.dtype == GgmlType::F32 && l.is_contiguous() && l.ne == node.layout.ne
+        };
+        // The group's steps before the pair run beside the unit too.
+        let start = (0..i).rev().find(|&k| sync[k]).map_or(0, |k| k + 1);
+        let out = span(plan, steps[j].node);
+        let clear = out.is_some_and(|o| {
+            let apart = |t: (Region, usize, usize)| t.0 != o.0 || t.2 <= o.1 || o.2 <= t.1;
+            (start..j).all(|k| {
+                let step = steps[k];
+                let reads = g.node(step.node).src.iter().map(|&t| span(plan, t));
+                let work = step
+                    .work
+                    .map(|(off, len)| Some((Region::Arena, off, off + len)));
+                let in_place = |w| w == o && (step.node == gate || step.node == up);
+                reads.chain(work).all(|t| t.is_some_and(apart))
+                    && span(plan, step.node).is_some_and(|w| in_place(w) || apart(w))
+            })
+        });
+        // With the unit, the group holds its steps before the pair, the pair and the unit.
+        let fits = i + 3 - start <= super::groups::MAX_GROUP;
+        if rows_f32(gate) && rows_f32(up) && rows_f32(steps[j].node) && clear && fits {
+            sync[i + 1] = false;
+            glu[i] = true;
+        }
+    }
+    glu
+}
+
+/// Where tensor `t`'s bytes are: region, start, end.
+fn span(plan: &Plan, t: TensorId) -> Option<(Region, usize, usize)> {
+    let Location { region, offset } = plan.location(t)?;
+    Some((region, offset, offset + plan.graph().layout(t).span_bytes()))
+}
+
 impl Job<'_> {
-    /// Runs the products of the fused run starting at step `i` (`first` is its args) as one
-    /// (see `fused`); false, having done nothing, when they cannot run so (then each runs
+    /// Runs the products of the fused run starting at step `i` (`first` is its args, `claims`
+    /// its work counter) as one (see `fused`), and the gated unit after them where the
+    /// schedule says so (`glu`). Returns how many steps after `i` it computed: 0, having done
+    /// nothing, when no run starts at `i` or it cannot run fused (then each product runs
     /// alone). Every thread decides the same: the same plan, weights and shapes.
     pub(super) fn run_fused(
         &self,
         i: usize,
+        claims: usize,
         first: &StepArgs<'_>,
         ctx: &crate::pool::Ctx<'_>,
-    ) -> bool {
+    ) -> usize {
         let n = self.schedule.fused[i].min(groups::MAX_GROUP);
+        if n < 2 {
+            return 0;
+        }
         // The run's other products use no work counter of their own: the first one's serves.
         let mut parts = [*first; groups::MAX_GROUP];
         for (j, p) in parts.iter_mut().enumerate().take(n).skip(1) {
             *p = self.step_args(i + j, 0);
         }
-        kernels::mul_mat_fused(&parts[..n], ctx)
+        if !self.schedule.glu[i] {
+            return if kernels::mul_mat_fused(&parts[..n], None, ctx) {
+                n - 1
+            } else {
+                0
+            };
+        }
+        let glu = self.step_args(i + n, 0);
+        if kernels::mul_mat_fused(&parts[..n], Some((glu.op, glu.dst)), ctx) {
+            return n;
+        }
+        // Each product alone, then the barrier the schedule took out, then the gated unit.
+        kernels::compute(first, ctx);
+        for j in 1..n {
+            kernels::compute(&self.step_args(i + j, claims + j), ctx);
+        }
+        if ctx.barrier().is_ok() {
+            kernels::compute(&self.step_args(i + n, claims + n), ctx);
+        }
+        n
     }
 }

@@ -62,11 +62,16 @@ pub(crate) struct Schedule {
     pub(crate) ahead: Vec<Vec<Fetch>>,
     /// Per step: the products starting there that run as one (`fused::fused_runs`).
     pub(crate) fused: Vec<usize>,
+    /// Per step: the fused run starting there computes the gated unit after it
+    /// (`fused::glu_epilogues`).
+    pub(crate) glu: Vec<bool>,
 }
 
 impl Schedule {
     pub(crate) fn of(plan: &Plan) -> Schedule {
-        let sync = sync_after(plan);
+        let mut sync = sync_after(plan);
+        let fused = super::fused::fused_runs(plan, &sync);
+        let glu = super::fused::glu_epilogues(plan, &mut sync, &fused);
         let mut ahead = vec![Vec::new(); sync.len()];
         let starts: Vec<usize> = std::iter::once(0)
             .chain((1..sync.len()).filter(|&i| sync[i - 1]))
@@ -77,8 +82,12 @@ impl Schedule {
                 ahead[start] = small_weights(plan, next..end);
             }
         }
-        let fused = super::fused::fused_runs(plan, &sync);
-        Schedule { sync, ahead, fused }
+        Schedule {
+            sync,
+            ahead,
+            fused,
+            glu,
+        }
     }
 
     /// A barrier after every step, nothing fetched early.
@@ -87,6 +96,7 @@ impl Schedule {
             sync: vec![true; n_steps],
             ahead: vec![Vec::new(); n_steps],
             fused: vec![0; n_steps],
+            glu: vec![false; n_steps],
         }
     }
 }

@@ -14,10 +14,18 @@ const F32: GgmlType = GgmlType::F32;
 
 /// The plan's steps as groups of op names (`|` where a barrier is).
 fn groups(plan: &Plan) -> String {
+    named_groups(plan, &sync_after(plan))
+}
+
+/// The groups a run meets: [`groups`] with the gated units taken into their products.
+fn scheduled(plan: &Plan) -> String {
+    named_groups(plan, &Schedule::of(plan).sync)
+}
+
+fn named_groups(plan: &Plan, sync: &[bool]) -> String {
     let g = plan.graph();
-    let sync = sync_after(plan);
     let mut out = String::new();
-    for (step, &barrier) in plan.steps().iter().zip(&sync) {
+    for (step, &barrier) in plan.steps().iter().zip(sync) {
         out.push_str(g.node(step.node).op.name());
         out.push_str(if barrier { " | " } else { " " });
     }
@@ -34,8 +42,12 @@ struct Layer {
 }
 
 /// One Llama-shaped block over `t` tokens (no attention: the cache writes stand in for it),
-/// with Q8_0 products and an F32 KV cache of 16 rows.
+/// with Q8_0 products and an F32 KV cache of 16 rows; SwiGLU, or GeGLU with `geglu`.
 fn layer(t: usize) -> Layer {
+    layer_with(t, false)
+}
+
+fn layer_with(t: usize, geglu: bool) -> Layer {
     let (d, hd, ff) = (64, 16, 96);
     let mut state = 7u64;
     let mut rng = move || {
@@ -82,7 +94,11 @@ fn layer(t: usize) -> Layer {
     let h = g.rms_norm(r, 1e-5).unwrap();
     let h = g.mul(h, n2).unwrap();
     let [gate, up] = [wg, wu].map(|w| g.mul_mat(w, h).unwrap());
-    let s = g.swiglu(gate, up).unwrap();
+    let s = if geglu {
+        g.geglu(gate, up).unwrap()
+    } else {
+        g.swiglu(gate, up).unwrap()
+    };
     let down = g.mul_mat(wd, s).unwrap();
     let out = g.add(r, down).unwrap();
     let out = g.rms_norm(out, 1e-5).unwrap();
@@ -108,6 +124,75 @@ fn a_decode_block_meets_at_a_barrier_only_where_data_crosses_threads() {
         "get_rows | rms_norm mul | mul_mat mul_mat mul_mat | rope rope | set_rows set_rows add | \
          mul_mat | add rms_norm mul | mul_mat mul_mat | swiglu | mul_mat | add rms_norm | scale |"
     );
+}
+
+/// The gated unit after the gate and up products is their epilogue: no barrier between, and
+/// the schedule marks the run (at any token count: rows past the fused path's run alone,
+/// with the barrier back).
+#[test]
+fn the_gated_unit_joins_its_gate_and_up_products() {
+    for (t, geglu) in [(1, false), (9, false), (1, true)] {
+        let l = layer_with(t, geglu);
+        let unit = if geglu { "geglu" } else { "swiglu" };
+        assert_eq!(
+            scheduled(&l.plan),
+            format!(
+                "get_rows | rms_norm mul | mul_mat mul_mat mul_mat | rope rope | set_rows set_rows \
+                 add | mul_mat | add rms_norm mul | mul_mat mul_mat {unit} | mul_mat | add rms_norm \
+                 | scale |"
+            )
+        );
+        let schedule = Schedule::of(&l.plan);
+        let g = l.plan.graph();
+        let marked: Vec<&str> = l
+            .plan
+            .steps()
+            .iter()
+            .zip(&schedule.glu)
+            .filter(|(_, &m)| m)
+            .map(|(s, _)| g.node(g.node(s.node).src[0]).name.as_str())
+            .collect();
+        assert_eq!(marked, vec!["wg"]);
+    }
+}
+
+/// Where the unit's output would take bytes the products still read (the activation, freed
+/// at once when large), it keeps its barrier; in place over the gate's output it joins.
+#[test]
+fn a_gated_unit_writing_bytes_its_products_read_keeps_its_barrier() {
+    for keep_products in [true, false] {
+        let mut g = Graph::new();
+        let x = g.input("x", F32, &[4096, 8]).unwrap();
+        let [wg, wu] = ["wg", "wu"].map(|n| g.weight(n, GgmlType::Q8_0, &[4096, 4096]).unwrap());
+        let h = g.rms_norm(x, 1e-5).unwrap();
+        let [gate, up] = [wg, wu].map(|w| g.mul_mat(w, h).unwrap());
+        let s = g.swiglu(gate, up).unwrap();
+        g.set_output(s).unwrap();
+        if keep_products {
+            // Outputs are never reused: the unit's output needs new bytes, and h's are free.
+            g.set_output(gate).unwrap();
+            g.set_output(up).unwrap();
+        }
+        let plan = crate::compile(g);
+        let schedule = Schedule::of(&plan);
+        if keep_products {
+            assert_eq!(
+                plan.location(s),
+                plan.location(h),
+                "the test needs the reuse"
+            );
+            assert_eq!(scheduled(&plan), "rms_norm | mul_mat mul_mat | swiglu |");
+            assert!(schedule.glu.iter().all(|&m| !m));
+        } else {
+            assert_eq!(
+                plan.location(s),
+                plan.location(gate),
+                "the test needs it in place"
+            );
+            assert_eq!(scheduled(&plan), "rms_norm | mul_mat mul_mat swiglu |");
+            assert_eq!(schedule.glu, vec![false, true, false, false]);
+        }
+    }
 }
 
 /// q, k and v of one normalized row run as one product, and so do gate and up; the o and down
@@ -189,11 +274,14 @@ fn small_weights_are_fetched_one_group_ahead() {
 /// with the file's bytes and with packed copies (whose grouped products run fused).
 #[test]
 fn runs_in_groups_give_the_bits_of_runs_with_every_barrier() {
-    for (t, packed) in [(1, false), (5, false), (1, true), (5, true), (9, true)] {
+    // 1 and 5 tokens: the gate and up products run fused with the gated unit as their
+    // epilogue (packed); 9: each alone, then the barrier the schedule took out.
+    let cases = [(1, false), (5, false), (1, true), (5, true), (9, true)];
+    for ((t, packed), geglu) in cases.into_iter().flat_map(|c| [(c, false), (c, true)]) {
         if packed && !crate::simd::required_by_test("packed products", crate::packed::available()) {
             continue;
         }
-        let l = layer(t);
+        let l = layer_with(t, geglu);
         let mut want: Option<Vec<Vec<f32>>> = None;
         for threads in [1, 2, 3] {
             for grouped in [false, true] {
@@ -229,7 +317,8 @@ fn runs_in_groups_give_the_bits_of_runs_with_every_barrier() {
                             let same = a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits());
                             assert!(
                                 same,
-                                "{t} tokens, {threads} threads, groups {grouped}, packed {packed}"
+                                "{t} tokens, {threads} threads, groups {grouped}, packed {packed}, \
+                                 geglu {geglu}"
                             );
                         }
                     }

@@ -250,16 +250,27 @@ thread_local! {
 /// [`mul_mat_packed`] for at most [`FEW_ROWS`] contiguous activation rows, without a barrier:
 /// each thread prepares every row in its own buffer, then runs its groups.
 fn mul_mat_packed_few(p: &PackedWeight, a: &StepArgs<'_>, ctx: &Ctx<'_>) {
-    packed_few(a, &[(p, a.dst)], ctx);
+    packed_few(a, &[(p, a.dst)], None, ctx);
 }
+
+/// A gated unit computed as the epilogue of its gate and up products: the op (`SwiGlu` or
+/// `GeGlu`) and its output.
+pub(crate) type GluEpilogue = (tinynn_core::ops::Op, RawTensor);
 
 /// Several decode products of one activation (`parts`, the steps of a fused run: the
 /// executor's `fused`) as one range of 16-row groups, as [`mul_mat_packed_few`] runs one: each
 /// thread prepares the activation rows once, and its share may run from one weight into the
 /// next. False, having done nothing, unless every part has a packed weight of the same
 /// activation format and length, a contiguous output and the same contiguous F32 activation
-/// of at most [`FEW_ROWS`] rows (decode).
-pub(crate) fn mul_mat_fused(parts: &[StepArgs<'_>], ctx: &Ctx<'_>) -> bool {
+/// of at most [`FEW_ROWS`] rows (decode). With `glu`, the parts are a gate and an up product
+/// of one shape whose outputs the gated unit reads (`executor::fused::glu_epilogues` checked
+/// the tensors): the range is of pairs of groups, and the thread that computed a pair
+/// computes the unit's output on its columns.
+pub(crate) fn mul_mat_fused(
+    parts: &[StepArgs<'_>],
+    glu: Option<GluEpilogue>,
+    ctx: &Ctx<'_>,
+) -> bool {
     const MAX: usize = crate::executor::MAX_FUSED;
     let Some(first) = parts.first() else {
         return false;
@@ -290,15 +301,43 @@ pub(crate) fn mul_mat_fused(parts: &[StepArgs<'_>], ctx: &Ctx<'_>) -> bool {
         }
         *l = (p, a.dst);
     }
-    packed_few(first, &list[..parts.len()], ctx);
+    let glu = match glu {
+        None => None,
+        Some((op, out)) => {
+            let row: unsafe fn(*const f32, *const f32, *mut f32, usize) = match op {
+                tinynn_core::ops::Op::SwiGlu => simd::vexp::swiglu_row,
+                tinynn_core::ops::Op::GeGlu => simd::vexp::geglu_row,
+                _ => return false,
+            };
+            let pair = parts.len() == 2 && list[0].0.shape() == list[1].0.shape();
+            let same = |t: &RawTensor| t.layout == out.layout && t.layout.dtype == GgmlType::F32;
+            if !(pair && same(&list[0].1) && same(&list[1].1)) {
+                return false;
+            }
+            Some((row, out))
+        }
+    };
+    packed_few(first, &list[..parts.len()], glu, ctx);
     true
 }
+
+/// The gated unit's row kernel and output, for [`packed_few`].
+type GluRows = (
+    unsafe fn(*const f32, *const f32, *mut f32, usize),
+    RawTensor,
+);
 
 /// The body of [`mul_mat_packed_few`] and [`mul_mat_fused`]: `parts` are (weight, output)
 /// pairs read against `a`'s activation (source 1, contiguous F32 rows), all weights of one
 /// activation format and length; their 16-row groups are one range handed out with `a`'s
-/// work counter (part j's groups follow part j − 1's).
-fn packed_few(a: &StepArgs<'_>, parts: &[(&PackedWeight, RawTensor)], ctx: &Ctx<'_>) {
+/// work counter (part j's groups follow part j − 1's); with `glu`, as pairs (see
+/// [`mul_mat_fused`]).
+fn packed_few(
+    a: &StepArgs<'_>,
+    parts: &[(&PackedWeight, RawTensor)],
+    glu: Option<GluRows>,
+    ctx: &Ctx<'_>,
+) {
     let Some(&(p0, _)) = parts.first() else {
         return;
     };
@@ -316,6 +355,14 @@ fn packed_few(a: &StepArgs<'_>, parts: &[(&PackedWeight, RawTensor)], ctx: &Ctx<
                 unsafe { x.row_f32(i1, i2, i3) },
                 &mut acts[r * arb..][..arb],
             );
+        }
+        if let Some((row, out)) = glu {
+            // SAFETY: as below; the pair's two outputs and `out` have one contiguous F32
+            // shape, and the columns of the handed-out groups are this thread's in all three.
+            a.for_shares(p0.n_groups(), ctx.ith, ctx.nth, |range| unsafe {
+                glu_pairs(parts, (acts.as_ptr(), arb, rows), range, row, &out)
+            });
+            return;
         }
         a.for_shares(total, ctx.ith, ctx.nth, |range| {
             let mut start = 0;
@@ -340,6 +387,45 @@ fn packed_few(a: &StepArgs<'_>, parts: &[(&PackedWeight, RawTensor)], ctx: &Ctx<
             }
         });
     });
+}
+
+/// Groups `range` of both products of a pair (gate, up), then the gated unit's output on
+/// their columns of every row: `row(gate, up, out, n)`.
+///
+/// # Safety
+/// `acts` holds `rows` prepared rows of `arb` bytes; both outputs and `out` are contiguous
+/// F32 of one shape (`rows` rows of the weights' row count) whose columns in `range × 16` no
+/// other thread touches meanwhile; `row` may run here.
+unsafe fn glu_pairs(
+    parts: &[(&PackedWeight, RawTensor)],
+    (acts, arb, rows): (*const u8, usize, usize),
+    range: std::ops::Range<usize>,
+    row: unsafe fn(*const f32, *const f32, *mut f32, usize),
+    out: &RawTensor,
+) {
+    let [(pg, gate), (pu, up)] = [parts[0], parts[1]];
+    let n = pg.shape()[1];
+    let stride = out.layout.nb[1] / 4;
+    // SAFETY: the caller's contract.
+    unsafe {
+        pg.matmul_raw(acts, arb, rows, gate.ptr as *mut f32, stride, range.clone());
+        pu.matmul_raw(acts, arb, rows, up.ptr as *mut f32, stride, range.clone());
+    }
+    let cols =
+        range.start * crate::packed::GROUP_ROWS..(range.end * crate::packed::GROUP_ROWS).min(n);
+    for r in 0..rows {
+        let at = r * stride + cols.start;
+        // SAFETY: columns `cols` of row r in all three (caller); the row kernel reads each
+        // value before writing it, so `out` may be the gate's or the up product's bytes.
+        unsafe {
+            row(
+                (gate.ptr as *const f32).add(at),
+                (up.ptr as *const f32).add(at),
+                (out.ptr as *mut f32).add(at),
+                cols.len(),
+            )
+        };
+    }
 }
 
 /// Reference mode: weights dequantized in chunks, activations used as f32 (not quantized),
