@@ -47,6 +47,8 @@ mod bf16x16;
 mod f16x16;
 mod f32x16;
 mod nibbles;
+#[cfg(target_arch = "x86_64")]
+mod prefetch;
 mod q4_0x16;
 mod q4_1x16;
 mod q4_kx16;
@@ -68,32 +70,10 @@ use tinynn_format::GgmlType;
 use crate::huge_slab::SlabBuf;
 use crate::simd::Isa;
 
-// A single-token tile does not prefetch: decode streams each thread's share of a weight in
-// one sequential run, which the hardware prefetcher follows alone. Software prefetch 2 KiB
-// ahead (kept since d0da445, when it measured 266 -> 290-305 t/s on a quiet host) now costs
-// more than it gives, on every format and both ISAs (tg128 t/s, 1 thread, interleaved,
-// 31-35 GB/s probe): Q8_0 156-172 -> 190-196, Q4_1 236-244 -> 278-288, Q4_K_M 206-211 ->
-// 250-259, F16 96-98 -> 107-113, AVX2 Q8_0 152-153 -> 191-195; 2 threads level or better.
-// A C probe shows the same on a plain 256 MiB sum: 31 GB/s without prefetch, 27-28 with
-// it 2 KiB ahead, 23-28 at 4 KiB.
-
-/// How far ahead (bytes) the first tile of 2 or more tokens over a group prefetches (batched
-/// decode, and the first pass of a prefill GEMM over each group). Without it the hardware
-/// prefetcher alone left a 4-token tile streaming at 6.3 GB/s against 11.4 for one token
-/// (Q4_1, 576 × 1M rows from DRAM, one thread); with it, 11-12 GB/s.
+// How far ahead the tiles prefetch their weights (a one-token tile: by CPU vendor):
+// `prefetch.rs`.
 #[cfg(target_arch = "x86_64")]
-const PF_BYTES_TILE: usize = 4096;
-
-/// The prefetch distance of a tile of `tokens` (0: none). Only a multi-token tile that reads
-/// its group first prefetches; a later one finds the group in cache, read by the tile before.
-#[cfg(target_arch = "x86_64")]
-fn prefetch_distance(tokens: usize, first: bool) -> usize {
-    if first && tokens > 1 {
-        PF_BYTES_TILE
-    } else {
-        0
-    }
-}
+use prefetch::prefetch_distance;
 
 /// Rows interleaved in one group.
 pub const GROUP_ROWS: usize = 16;
