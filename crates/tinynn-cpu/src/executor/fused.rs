@@ -21,7 +21,7 @@
 //! the row they are given).
 
 use tinynn_core::ops::Op;
-use tinynn_core::plan::{Location, Plan, Region};
+use tinynn_core::plan::{Plan, Region};
 use tinynn_core::tensor::TensorId;
 use tinynn_format::GgmlType;
 
@@ -89,20 +89,20 @@ pub(crate) fn glu_epilogues(plan: &Plan, sync: &mut [bool], fused: &[usize]) -> 
             let l = g.layout(t);
             l.dtype == GgmlType::F32 && l.is_contiguous() && l.ne == node.layout.ne
         };
-        // The group's steps before the pair run beside the unit too.
+        // The group's steps before the pair run beside the unit too. None of their bytes may
+        // overlap the unit's output, except the gate's or up's output exactly (in place).
         let start = (0..i).rev().find(|&k| sync[k]).map_or(0, |k| k + 1);
-        let out = span(plan, steps[j].node);
+        let out = groups::tensor_touch(plan, steps[j].node, true);
         let clear = out.is_some_and(|o| {
-            let apart = |t: (Region, usize, usize)| t.0 != o.0 || t.2 <= o.1 || o.2 <= t.1;
             (start..j).all(|k| {
-                let step = steps[k];
-                let reads = g.node(step.node).src.iter().map(|&t| span(plan, t));
-                let work = step
-                    .work
-                    .map(|(off, len)| Some((Region::Arena, off, off + len)));
-                let in_place = |w| w == o && (step.node == gate || step.node == up);
-                reads.chain(work).all(|t| t.is_some_and(apart))
-                    && span(plan, step.node).is_some_and(|w| in_place(w) || apart(w))
+                groups::touches(plan, k).is_some_and(|ts| {
+                    ts.iter().all(|t| {
+                        let in_place = t.write
+                            && matches!(t.tensor, Some(x) if x == gate || x == up)
+                            && (t.start, t.end) == (o.start, o.end);
+                        in_place || !t.overlaps(&o)
+                    })
+                })
             })
         });
         // With the unit, the group holds its steps before the pair, the pair and the unit.
@@ -113,12 +113,6 @@ pub(crate) fn glu_epilogues(plan: &Plan, sync: &mut [bool], fused: &[usize]) -> 
         }
     }
     glu
-}
-
-/// Where tensor `t`'s bytes are: region, start, end.
-fn span(plan: &Plan, t: TensorId) -> Option<(Region, usize, usize)> {
-    let Location { region, offset } = plan.location(t)?;
-    Some((region, offset, offset + plan.graph().layout(t).span_bytes()))
 }
 
 impl Job<'_> {

@@ -25,17 +25,17 @@ pub(crate) const MAX_GROUP: usize = 8;
 
 /// Bytes of one region a step touches.
 #[derive(Clone, Copy, Debug)]
-struct Touch {
+pub(super) struct Touch {
     /// The tensor (None: the step's work buffer).
-    tensor: Option<TensorId>,
+    pub(super) tensor: Option<TensorId>,
     region: Region,
-    start: usize,
-    end: usize,
-    write: bool,
+    pub(super) start: usize,
+    pub(super) end: usize,
+    pub(super) write: bool,
 }
 
 impl Touch {
-    fn overlaps(&self, o: &Touch) -> bool {
+    pub(super) fn overlaps(&self, o: &Touch) -> bool {
         self.region == o.region && self.start < o.end && o.start < self.end
     }
 }
@@ -152,7 +152,7 @@ pub(crate) fn sync_after(plan: &Plan) -> Vec<bool> {
 }
 
 /// What step `i` reads and writes, or None when its op does not join groups.
-fn touches(plan: &Plan, i: usize) -> Option<Vec<Touch>> {
+pub(super) fn touches(plan: &Plan, i: usize) -> Option<Vec<Touch>> {
     let step = plan.steps()[i];
     let node = plan.graph().node(step.node);
     let groupable = matches!(
@@ -169,22 +169,11 @@ fn touches(plan: &Plan, i: usize) -> Option<Vec<Touch>> {
     if !groupable {
         return None;
     }
-    let span = |t: TensorId, write: bool| {
-        let Location { region, offset } = plan.location(t)?;
-        let bytes = plan.graph().layout(t).span_bytes();
-        Some(Touch {
-            tensor: Some(t),
-            region,
-            start: offset,
-            end: offset + bytes,
-            write,
-        })
-    };
     let mut out = Vec::with_capacity(node.src.len() + 2);
     for &s in &node.src {
-        out.push(span(s, false)?);
+        out.push(tensor_touch(plan, s, false)?);
     }
-    out.push(span(step.node, true)?);
+    out.push(tensor_touch(plan, step.node, true)?);
     if let Some((offset, bytes)) = step.work {
         out.push(Touch {
             tensor: None,
@@ -195,6 +184,19 @@ fn touches(plan: &Plan, i: usize) -> Option<Vec<Touch>> {
         });
     }
     Some(out)
+}
+
+/// Tensor `t`'s bytes, read or written (None when the plan placed it nowhere).
+pub(super) fn tensor_touch(plan: &Plan, t: TensorId, write: bool) -> Option<Touch> {
+    let Location { region, offset } = plan.location(t)?;
+    let bytes = plan.graph().layout(t).span_bytes();
+    Some(Touch {
+        tensor: Some(t),
+        region,
+        start: offset,
+        end: offset + bytes,
+        write,
+    })
 }
 
 /// Step `j` may run right after step `i` (both in one group) on every thread.

@@ -1,7 +1,7 @@
 //! Element-wise kernels: unary functions, broadcasting binary ops, scale, SwiGLU.
 //! Outputs are contiguous F32; inputs may have any strides.
 
-use tinynn_core::ops::{Binary, Unary};
+use tinynn_core::ops::{Binary, Op, Unary};
 
 use super::{row_index, split, RawTensor, StepArgs};
 use crate::pool::Ctx;
@@ -227,11 +227,7 @@ pub(super) unsafe fn each_pair(
 
 /// A gated activation `out = act(g)·u` over rows with contiguous F32 values: `row(g, u, out,
 /// n)` on this thread's rows. False (nothing done) when a source's rows are strided.
-fn glu_rows(
-    a: &StepArgs<'_>,
-    ctx: &Ctx<'_>,
-    row: unsafe fn(*const f32, *const f32, *mut f32, usize),
-) -> bool {
+fn glu_rows(a: &StepArgs<'_>, ctx: &Ctx<'_>, row: GluRow) -> bool {
     let (g, u, dst) = (a.src(0), a.src(1), &a.dst);
     if g.layout.nb[0] != 4 || u.layout.nb[0] != 4 {
         return false;
@@ -262,6 +258,20 @@ fn glu_rows(
         };
     }
     true
+}
+
+/// A gated unit's row kernel (SwiGLU, GeGLU): what its step runs on whole rows and what the
+/// gate/up products' epilogue runs on their columns (`matmul::glu_pairs`), so both give the
+/// same bits.
+pub(crate) type GluRow = unsafe fn(*const f32, *const f32, *mut f32, usize);
+
+/// The row kernel of gated-unit op `op` (None for any other op).
+pub(crate) fn glu_row(op: Op) -> Option<GluRow> {
+    match op {
+        Op::SwiGlu => Some(crate::simd::vexp::swiglu_row),
+        Op::GeGlu => Some(crate::simd::vexp::geglu_row),
+        _ => None,
+    }
 }
 
 pub(crate) fn geglu(a: &StepArgs<'_>, ctx: &Ctx<'_>) {

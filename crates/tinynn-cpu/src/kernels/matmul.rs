@@ -7,6 +7,7 @@ use tinynn_core::tensor::Layout;
 use tinynn_format::GgmlType;
 
 use super::copy::{convert_activations, read_chunk, CHUNK};
+use super::elementwise::GluRow;
 use super::{row_index, split, RawTensor, StepArgs, ERR_KERNEL};
 use crate::packed::PackedWeight;
 use crate::pool::Ctx;
@@ -304,10 +305,8 @@ pub(crate) fn mul_mat_fused(
     let glu = match glu {
         None => None,
         Some((op, out)) => {
-            let row: unsafe fn(*const f32, *const f32, *mut f32, usize) = match op {
-                tinynn_core::ops::Op::SwiGlu => simd::vexp::swiglu_row,
-                tinynn_core::ops::Op::GeGlu => simd::vexp::geglu_row,
-                _ => return false,
+            let Some(row) = super::elementwise::glu_row(op) else {
+                return false;
             };
             let pair = parts.len() == 2 && list[0].0.shape() == list[1].0.shape();
             let same = |t: &RawTensor| t.layout == out.layout && t.layout.dtype == GgmlType::F32;
@@ -322,10 +321,7 @@ pub(crate) fn mul_mat_fused(
 }
 
 /// The gated unit's row kernel and output, for [`packed_few`].
-type GluRows = (
-    unsafe fn(*const f32, *const f32, *mut f32, usize),
-    RawTensor,
-);
+type GluRows = (GluRow, RawTensor);
 
 /// The body of [`mul_mat_packed_few`] and [`mul_mat_fused`]: `parts` are (weight, output)
 /// pairs read against `a`'s activation (source 1, contiguous F32 rows), all weights of one
@@ -400,7 +396,7 @@ unsafe fn glu_pairs(
     parts: &[(&PackedWeight, RawTensor)],
     (acts, arb, rows): (*const u8, usize, usize),
     range: std::ops::Range<usize>,
-    row: unsafe fn(*const f32, *const f32, *mut f32, usize),
+    row: GluRow,
     out: &RawTensor,
 ) {
     let [(pg, gate), (pu, up)] = [parts[0], parts[1]];
